@@ -1,0 +1,6 @@
+"""``python -m llmrun``."""
+
+from llmrun.cli.app import main
+
+if __name__ == "__main__":
+    main()

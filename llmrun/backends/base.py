@@ -1,0 +1,104 @@
+"""The backend contract: what every inference backend provides, and the events it streams.
+
+A backend loads a model file into a :class:`LoadedModel`. ``stream`` runs the
+textbook loop — forward pass with a KV cache, next-token distribution, sampling,
+append, repeat — and yields one :class:`Token` per generated token followed by
+one :class:`Done` carrying the statistics. Stats travel with the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from llmrun.errors import InvalidParameter
+from llmrun.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+FinishReason = Literal["eos", "stop", "length", "context"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadParams:
+    """How a model is loaded (the load-time counterpart of :class:`SamplingParams`)."""
+
+    n_ctx: int
+    n_threads: int
+    n_gpu_layers: int  # -1: all layers
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_ctx, bool) or not isinstance(self.n_ctx, int) or self.n_ctx < 16:
+            raise InvalidParameter("n_ctx", self.n_ctx, "an integer >= 16")
+        if isinstance(self.n_threads, bool) or not isinstance(self.n_threads, int) or self.n_threads < 1:
+            raise InvalidParameter("n_threads", self.n_threads, "an integer >= 1")
+        if isinstance(self.n_gpu_layers, bool) or not isinstance(self.n_gpu_layers, int):
+            raise InvalidParameter("n_gpu_layers", self.n_gpu_layers, "an integer (-1 = all)")
+        if self.n_gpu_layers < -1:
+            raise InvalidParameter("n_gpu_layers", self.n_gpu_layers, ">= -1 (-1 = all layers)")
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One generated token and the text it completes (may be empty while held back)."""
+
+    id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationStats:
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_seconds: float  # prefill: from the call to the first sampled token
+    generation_seconds: float  # from the first token to the last
+    finish_reason: FinishReason
+    seed: int | None  # the seed actually used (None for greedy)
+    stop_string: str | None = None
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        # the first token's time is the prefill; decode speed is over the rest
+        decoded = self.generated_tokens - 1
+        return decoded / self.generation_seconds if decoded > 0 and self.generation_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    text: str  # the whole answer, as streamed
+    stats: GenerationStats
+
+
+class LoadedModel(Protocol):
+    path: Path
+    n_ctx: int
+
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]: ...
+
+    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str: ...
+
+    @property
+    def bos_id(self) -> int | None: ...
+
+    @property
+    def adds_bos(self) -> bool: ...
+
+    def stream(self, ids: Sequence[int], params: SamplingParams) -> Iterator[Token | Done]: ...
+
+    def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def load(self, path: Path, params: LoadParams) -> LoadedModel: ...

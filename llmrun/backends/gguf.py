@@ -1,0 +1,176 @@
+"""The GGUF backend: llama.cpp through llama-cpp-python.
+
+``llama_cpp`` is imported only when a model is loaded, so the CLI starts fast.
+:func:`sampler_kwargs` is the one place :class:`SamplingParams` becomes
+llama-cpp-python arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import secrets
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmrun.backends.base import Done, LoadParams, Token
+from llmrun.errors import BackendError
+from llmrun.generation import assemble
+from llmrun.sampling import MAX_SEED, SamplingParams
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+
+def sampler_kwargs(params: SamplingParams) -> dict[str, Any]:
+    """``Llama.generate`` keyword arguments for ``params`` (the seed and window are set apart)."""
+    return {
+        "temp": params.temperature,
+        "top_k": params.top_k,
+        "top_p": params.top_p,
+        "min_p": params.min_p,
+        "repeat_penalty": params.repeat_penalty,
+        "presence_penalty": params.presence_penalty,
+        "frequency_penalty": params.frequency_penalty,
+    }
+
+
+# ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT (continues the previous line)
+_LOG_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_log = logging.getLogger("llmrun.llama_cpp")
+_log_callback: Any = None  # kept referenced: llama.cpp holds a raw pointer to it
+
+
+def _route_llama_logs() -> None:
+    """Send llama.cpp's log lines to the ``llmrun.llama_cpp`` logger instead of stderr."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import llama_cpp
+
+    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", "replace").rstrip()
+        if line:
+            _log.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", line)
+
+    _log_callback = callback
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def gpu_offload_supported() -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+class GgufModel:
+    """A loaded GGUF model; implements :class:`llmrun.backends.base.LoadedModel`."""
+
+    def __init__(self, llama: Any, path: Path, n_ctx: int) -> None:
+        import llama_cpp
+
+        self._llama = llama
+        self._lib = llama_cpp
+        self._vocab = llama._model.vocab
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self.path = path
+        self.n_ctx = n_ctx
+
+    # --- tokens ---------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        ids: list[int] = self._llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        return ids
+
+    def piece(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes of one token; control tokens are empty unless ``special``."""
+        cached = self._pieces.get((token_id, special))
+        if cached is not None:
+            return cached
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = self._lib.llama_token_to_piece(self._vocab, token_id, buffer, size, 0, special)
+            if n >= 0:
+                break
+            size = -n
+        value = buffer.raw[:n]
+        self._pieces[(token_id, special)] = value
+        return value
+
+    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.piece(i, special) for i in ids).decode("utf-8", errors="replace")
+
+    def is_end(self, token_id: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token_id))
+
+    @property
+    def bos_id(self) -> int | None:
+        bos = int(self._llama.token_bos())
+        return bos if bos >= 0 else None
+
+    @property
+    def adds_bos(self) -> bool:
+        return bool(self._llama._model.add_bos_token())
+
+    # --- generation -----------------------------------------------------------
+    def stream(self, ids: Sequence[int], params: SamplingParams) -> Iterator[Token | Done]:
+        seed = None if params.greedy else params.seed
+        if seed is None and not params.greedy:
+            seed = secrets.randbelow(MAX_SEED + 1)
+        self._llama.set_seed(seed if seed is not None else 0)
+        window = params.repeat_last_n
+        self._llama.last_n_tokens_size = self.n_ctx if window == -1 else window
+        sampled = self._llama.generate(list(ids), reset=True, **sampler_kwargs(params))
+        yield from assemble(
+            sampled,
+            self.piece,
+            self.is_end,
+            prompt_tokens=len(ids),
+            n_ctx=self.n_ctx,
+            params=params,
+            seed=seed,
+        )
+
+    def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        """Raw next-token logits after ``ids`` (a fresh forward pass)."""
+        import numpy as np
+
+        self._llama.reset()
+        self._llama.eval(list(ids))
+        n_vocab = int(self._llama.n_vocab())
+        row = np.ctypeslib.as_array(self._llama._ctx.get_logits(), shape=(n_vocab,))
+        result: npt.NDArray[np.float32] = np.array(row, dtype=np.float32)
+        return result
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._llama.close()
+
+
+class GgufBackend:
+    name = "gguf"
+
+    def load(self, path: Path, params: LoadParams) -> GgufModel:
+        from llama_cpp import Llama
+
+        _route_llama_logs()
+        try:
+            llama = Llama(
+                model_path=str(path),
+                n_ctx=params.n_ctx,
+                n_threads=params.n_threads,
+                n_threads_batch=params.n_threads,
+                n_gpu_layers=params.n_gpu_layers,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise BackendError(
+                f"llama.cpp could not load {path.name}: {exc}",
+                "the file may be corrupt or use an architecture this llama.cpp build does not know; "
+                "try --debug, or update llama-cpp-python",
+            ) from exc
+        return GgufModel(llama, path, params.n_ctx)

