@@ -27,6 +27,7 @@ MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 2
 KEEP_ARRAY_ITEMS = 4096  # larger arrays (vocabularies) are summarised, not kept
 DEFAULT_ALIGNMENT = 32
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp aborts the process beyond it
 
 # GGUF value types: id -> (struct format, size) for the fixed-size ones.
 _SCALARS: dict[int, tuple[str, int]] = {
@@ -278,3 +279,28 @@ def _parse(cur: _Cursor, path: Path) -> GgufHeader:
                 "the download was cut short; delete the file and download it again",
             )
     return GgufHeader(path, version, metadata, tuple(tensors), data_offset, cur.size)
+
+
+def check_loadable(header: GgufHeader) -> None:
+    """Refuse files that parse but that llama.cpp would abort the process on.
+
+    llama.cpp asserts (and kills the process) on some malformed models instead of
+    returning an error, so the basics are checked here first.
+    """
+    missing = [
+        what
+        for what, ok in (
+            ("general.architecture", isinstance(header.metadata.get("general.architecture"), str)),
+            ("a vocabulary (tokenizer.ggml.tokens)", "tokenizer.ggml.tokens" in header.metadata),
+            ("any tensors", bool(header.tensors)),
+        )
+        if not ok
+    ]
+    layers = header.arch_value("block_count")
+    if isinstance(layers, int) and not 0 < layers <= MAX_LAYERS:
+        missing.append(f"a sane layer count (claims {layers}, llama.cpp allows 1 to {MAX_LAYERS})")
+    if missing:
+        raise ModelFileError(
+            f"{header.path} is not a runnable model: it lacks {', '.join(missing)}",
+            "it may be a LoRA adapter, a vocabulary-only file or a damaged download; pick the model's .gguf",
+        )

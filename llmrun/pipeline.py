@@ -17,7 +17,7 @@ from llmrun import backends
 from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.config import Registry, default_model_name
 from llmrun.errors import InsufficientMemory
-from llmrun.gguf_header import GgufHeader, read_header
+from llmrun.gguf_header import GgufHeader, check_loadable, read_header
 from llmrun.memory import MemoryPlan, default_context, format_bytes, geometry, plan
 from llmrun.refs import ModelRef
 from llmrun.resolve import ResolvedModel, resolve
@@ -62,6 +62,8 @@ def plan_run(
     load_defaults: Callable[[], Mapping[str, int]],
     progress: Callable[[int], None] | None = None,
 ) -> RunPlan:
+    # bad flag values fail before anything is resolved or read
+    merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
     if model_name:
         name, model_source = model_name, COMMAND_LINE
     else:
@@ -91,6 +93,7 @@ def plan_run(
             "expect worse output past that point"
         )
     memory = plan(header, load.n_ctx)
+    check_loadable(header)
     available = available_memory()
     if memory.total_bytes > available:
         message = (

@@ -73,3 +73,21 @@ LLAMA_META: dict[str, Any] = {
     "llama.attention.head_count_kv": 2,
     "llama.context_length": 2048,
 }
+
+
+HUGE_META: dict[str, Any] = {
+    # a well-formed header whose KV cache at 2048 tokens needs 256 GiB
+    **LLAMA_META,
+    "llama.block_count": 512,
+    "llama.embedding_length": 65536,
+    "llama.attention.head_count": 64,
+    "llama.attention.head_count_kv": 64,
+    "tokenizer.ggml.model": "llama",
+    "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "a"],
+    "tokenizer.ggml.scores": [0.0, 0.0, 0.0, 0.0],
+    "tokenizer.ggml.token_type": [2, 3, 3, 1],
+}
+
+
+def write_huge(path: Path, **overrides: Any) -> Path:
+    return write(path, {**HUGE_META, **overrides}, [("token_embd.weight", (64, 4), 0)])

@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from llmrun import __version__
 from llmrun.errors import LlmrunError
@@ -21,7 +21,7 @@ from llmrun.errors import LlmrunError
 EXIT_INTERRUPTED = 130
 
 
-def _debug(ctx: click.Context) -> bool:
+def _debug(ctx: typer.Context) -> bool:
     env = os.environ.get("LLMRUN_DEBUG", "").lower() in ("1", "true", "yes")
     return env or bool((ctx.obj or {}).get("debug"))
 
@@ -29,7 +29,7 @@ def _debug(ctx: click.Context) -> bool:
 class LlmrunGroup(TyperGroup):
     """Maps errors raised by any command to the error table."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         from llmrun.cli import render
 
         try:
@@ -38,16 +38,16 @@ class LlmrunGroup(TyperGroup):
             if _debug(ctx):
                 raise
             render.error(exc.message, exc.hint)
-            raise click.exceptions.Exit(exc.exit_code) from None
+            raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             render.note("interrupted")
-            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             # the reader went away (`llmrun run ... | head`): stop quietly
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-            raise click.exceptions.Exit(0) from None
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise typer.Exit(0) from None
+        except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as exc:
             if _debug(ctx):
@@ -56,7 +56,7 @@ class LlmrunGroup(TyperGroup):
                 f"internal error: {type(exc).__name__}: {exc}",
                 "rerun with --debug for the traceback, and please report it",
             )
-            raise click.exceptions.Exit(1) from None
+            raise typer.Exit(1) from None
 
 
 app = typer.Typer(

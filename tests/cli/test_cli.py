@@ -1,0 +1,131 @@
+"""The CLI without a model: help, version, start-up imports, and the error table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmrun.config import user_registry_path
+from tests import ggufbuild as gb
+from tests.helpers import invoke, llmrun
+
+
+def test_help_and_version() -> None:
+    code, out, _ = invoke(["--help"])
+    assert code == 0 and "run" in out
+    code, out, _ = invoke(["run", "--help"])
+    assert code == 0
+    for flag in ("--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+                 "--presence-penalty", "--frequency-penalty", "--seed", "--max-tokens", "--stop", "--ctx",
+                 "--threads", "--gpu-layers", "--system", "--raw", "--stats", "--json", "--show-params", "--force"):
+        assert flag in out, flag
+    code, out, _ = invoke(["--version"])
+    assert code == 0 and out.startswith("llmrun ")
+
+
+def test_python_dash_m_and_help_keep_heavy_modules_out() -> None:
+    probe = (
+        "import sys\n"
+        "from llmrun.cli.app import main\n"
+        "sys.argv = ['llmrun', 'run', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('llama_cpp', 'numpy', 'huggingface_hub', 'mlx', 'mlx_lm', 'gguf') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in result.stderr
+    assert llmrun(["--help"]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--top-k", "-5"], "--top-k must be >= 0"),
+        (["--min-p", "2"], "--min-p must be in [0, 1]"),
+        (["--repeat-penalty", "0"], "--repeat-penalty must be > 0"),
+        (["--repeat-last-n", "-7"], "--repeat-last-n must be >= -1"),
+        (["--presence-penalty", "9"], "--presence-penalty must be in [-2, 2]"),
+        (["--frequency-penalty", "-9"], "--frequency-penalty must be in [-2, 2]"),
+        (["--seed", "-3"], "--seed must be in [0,"),
+        (["-n", "0"], "--max-tokens must be >= 1, or -1"),
+        (["--temperature", "nan"], "--temperature must be a finite number"),
+    ],
+)
+def test_bad_flag_values_get_one_line_and_exit_2(args: list[str], message: str) -> None:
+    code, out, err = invoke(["run", *args, "hello"])
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_missing_prompt_is_a_usage_error() -> None:
+    code, _, err = invoke(["run"], stdin="")
+    assert code == 2 and "no prompt given" in err
+
+
+def test_unknown_model_suggests_known_ones() -> None:
+    code, _, err = invoke(["run", "-m", "gemma3:27", "hi"])
+    assert code == 1
+    assert "unknown model 'gemma3:27'" in err and "gemma3:270m" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist"),
+        (b"just some text, not a model\n" * 4, "not a GGUF file"),
+        (b"GGUF\x03\x00\x00\x00" + b"\xff" * 40, "metadata entries, more than the file can hold"),
+    ],
+)
+def test_bad_model_files_get_one_line(tmp_path: Path, content: bytes | None, message: str) -> None:
+    path = tmp_path / "model.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    code, out, err = invoke(["run", "-m", str(path), "hi"])
+    assert code == 1 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_malformed_user_models_toml_names_file_and_line() -> None:
+    path = user_registry_path()
+    path.parent.mkdir(parents=True)
+    path.write_text('[models."mine:1b"]\ndescription = "x"\ntemperatur = 1\n')
+    code, _, err = invoke(["run", "hi"])
+    assert code == 1
+    assert f"{path}:3" in err and "did you mean" in err
+
+
+def test_out_of_memory_refusal_from_a_crafted_header(tmp_path: Path) -> None:
+    path = gb.write_huge(tmp_path / "huge.gguf")
+    code, _, err = invoke(["run", "-m", str(path), "hi"])
+    assert code == 1
+    assert "needs about 256.1 GiB" in err and "available" in err and "--force" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [({"llama.block_count": 4096}, "sane layer count"), ({"general.architecture": 7}, "general.architecture")],
+)
+def test_headers_that_would_abort_llama_cpp_are_refused(tmp_path: Path, overrides: dict[str, object],
+                                                        message: str) -> None:
+    path = gb.write_huge(tmp_path / "bad.gguf", **overrides)
+    code, _, err = invoke(["run", "--force", "-m", str(path), "hi"])
+    assert code == 1 and "is not a runnable model" in err and message in err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = llmrun(["--debug", "run", "-m", str(tmp_path / "none.gguf"), "hi"])
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "ModelFileError" in result.stderr
+    plain = llmrun(["run", "-m", str(tmp_path / "none.gguf"), "hi"])
+    assert plain.returncode == 1 and "Traceback" not in plain.stderr
+    assert plain.stderr.startswith("error: model file")
