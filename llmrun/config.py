@@ -135,7 +135,7 @@ class _Validator:
                 suggestion = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
                 raise self.error((*where, key), f"unknown key; {suggestion}")
             expected = allowed[key]
-            if isinstance(value, bool) and expected is int or not isinstance(value, expected):
+            if (isinstance(value, bool) and expected is int) or not isinstance(value, expected):
                 name = expected.__name__ if isinstance(expected, type) else "/".join(t.__name__ for t in expected)
                 kind = {"str": "a string", "int": "an integer", "dict": "a table"}.get(name, name)
                 raise self.error((*where, key), f"expected {kind}, got {type(value).__name__}")
@@ -154,7 +154,7 @@ class _Validator:
                 raise self.error((*where, "gguf"), "missing 'repo'")
             files = table["gguf"].get("files", {})
             if not all(isinstance(v, str) for v in files.values()):
-                raise self.error((*where, "gguf", "files"), "expected quant = \"file name\" pairs")
+                raise self.error((*where, "gguf", "files"), 'expected quant = "file name" pairs')
             gguf = GgufSource(table["gguf"]["repo"], {k.upper(): v for k, v in files.items()})
         defaults = dict(table.get("defaults", {}))
         self.check_keys(defaults, dict.fromkeys(SAMPLING_KEYS, (int, float, str, list)), (*where, "defaults"))
@@ -167,7 +167,7 @@ class _Validator:
             raise self.error((*where, "context"), "must be a positive integer")
         mlx = table.get("mlx", {})
         if not all(isinstance(v, str) for v in mlx.values()):
-            raise self.error((*where, "mlx"), "expected bits = \"repo\" pairs")
+            raise self.error((*where, "mlx"), 'expected bits = "repo" pairs')
         return ModelEntry(
             name=name,
             description=table.get("description", ""),

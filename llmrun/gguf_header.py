@@ -274,8 +274,7 @@ def _parse(cur: _Cursor, path: Path) -> GgufHeader:
         end = data_offset + tensor.offset + tensor.nbytes
         if end > cur.size:
             raise ModelFileError(
-                f"{path} is truncated: tensor {tensor.name} ends at byte {end:,} "
-                f"but the file has {cur.size:,} bytes",
+                f"{path} is truncated: tensor {tensor.name} ends at byte {end:,} but the file has {cur.size:,} bytes",
                 "the download was cut short; delete the file and download it again",
             )
     return GgufHeader(path, version, metadata, tuple(tensors), data_offset, cur.size)

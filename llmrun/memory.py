@@ -47,7 +47,7 @@ def _positive_int(value: Any) -> int | None:
     if isinstance(value, int) and value > 0:
         return value
     if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return max(value)  # per-layer values: plan for the largest
+        return int(max(value))  # per-layer values: plan for the largest
     return None
 
 

@@ -46,7 +46,9 @@ class RunPlan:
             ("model", self.model.name, self.model_source),
             ("backend", self.backend, "default"),
         ]
-        rows += [(name, getattr(self.load, name), self.sources[name]) for name in ("n_ctx", "n_threads", "n_gpu_layers")]
+        rows += [
+            (name, getattr(self.load, name), self.sources[name]) for name in ("n_ctx", "n_threads", "n_gpu_layers")
+        ]
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
         return rows
 
@@ -105,8 +107,9 @@ def plan_run(
         if not force:
             raise InsufficientMemory(message, "lower --ctx, or pass --force to try anyway")
         warnings.append(message + "; loading anyway (--force)")
-    return RunPlan(resolved, model_source, "gguf", header, load, sampling, {**sources, **load_sources},
-                   memory, tuple(warnings))
+    return RunPlan(
+        resolved, model_source, "gguf", header, load, sampling, {**sources, **load_sources}, memory, tuple(warnings)
+    )
 
 
 def load(run_plan: RunPlan) -> LoadedModel:

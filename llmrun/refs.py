@@ -46,7 +46,7 @@ class ModelRef:
             return ModelRef("path", raw, raw)
         lowered = raw.lower()
         if _ALIAS.match(lowered) and "/" not in raw:
-            alias, _, tag = lowered.partition(":")
+            _, _, tag = lowered.partition(":")
             return ModelRef("alias", raw, lowered, tag or None)
         return _parse_hub(raw)
 

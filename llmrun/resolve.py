@@ -25,9 +25,7 @@ class ResolvedModel:
     entry: ModelEntry | None  # its models.toml entry, when it has one
 
 
-def resolve(
-    ref: ModelRef, registry: Registry, progress: Callable[[int], None] | None = None
-) -> ResolvedModel:
+def resolve(ref: ModelRef, registry: Registry, progress: Callable[[int], None] | None = None) -> ResolvedModel:
     if ref.kind == "hub" and ref.file and Path(ref.text).is_file():
         ref = ModelRef("path", ref.text, ref.text)  # a local dir/sub/file.gguf, not a repo file
     if ref.kind == "path":

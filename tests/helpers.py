@@ -20,8 +20,9 @@ def invoke(args: Sequence[str], stdin: str | None = None) -> tuple[int, str, str
     return result.exit_code, result.stdout, result.stderr
 
 
-def llmrun(args: Sequence[str], stdin: str | None = None, timeout: float = 300,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def llmrun(
+    args: Sequence[str], stdin: str | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m llmrun ARGS`` as a subprocess with pipes (not a terminal)."""
     return subprocess.run(
         [sys.executable, "-m", "llmrun", *args],

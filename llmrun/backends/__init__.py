@@ -19,8 +19,6 @@ def get(name: str) -> Backend:
     try:
         module_name, class_name = _BACKENDS[name]
     except KeyError:
-        raise UsageError(
-            f"unknown backend {name!r}", f"choose one of: {', '.join(_BACKENDS)}"
-        ) from None
+        raise UsageError(f"unknown backend {name!r}", f"choose one of: {', '.join(_BACKENDS)}") from None
     backend_class = getattr(import_module(module_name), class_name)
     return cast(Backend, backend_class())

@@ -51,7 +51,7 @@ def _route_llama_logs() -> None:
         return
     import llama_cpp
 
-    @llama_cpp.llama_log_callback  # type: ignore[misc]
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
     def callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", "replace").rstrip()
         if line:

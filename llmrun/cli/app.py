@@ -29,7 +29,7 @@ def _debug(ctx: typer.Context) -> bool:
 class LlmrunGroup(TyperGroup):
     """Maps errors raised by any command to the error table."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer.Context subclasses it
         from llmrun.cli import render
 
         try:
@@ -79,9 +79,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks for errors (also LLMRUN_DEBUG=1).")
-    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors (also LLMRUN_DEBUG=1).")] = False,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),

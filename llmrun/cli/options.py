@@ -48,85 +48,144 @@ def _default(name: str) -> str:
 ModelOpt = Annotated[
     str | None,
     typer.Option(
-        "--model", "-m", help="Model: alias, path to a .gguf file. [default: gemma3:270m, or LLMRUN_MODEL]",
-        rich_help_panel=LOADING, show_default=False,
+        "--model",
+        "-m",
+        help="Model: alias, path to a .gguf file. [default: gemma3:270m, or LLMRUN_MODEL]",
+        rich_help_panel=LOADING,
+        show_default=False,
     ),
 ]
 TemperatureOpt = Annotated[
     float | None,
-    typer.Option("--temperature", "-t", help=f"Randomness; 0 = greedy. {_default('temperature')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--temperature",
+        "-t",
+        help=f"Randomness; 0 = greedy. {_default('temperature')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 TopKOpt = Annotated[
     int | None,
-    typer.Option("--top-k", help=f"Keep the k most likely tokens; 0 = off. {_default('top_k')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--top-k",
+        help=f"Keep the k most likely tokens; 0 = off. {_default('top_k')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 TopPOpt = Annotated[
     float | None,
-    typer.Option("--top-p", help=f"Nucleus: smallest set with this much probability; 1 = off. {_default('top_p')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--top-p",
+        help=f"Nucleus: smallest set with this much probability; 1 = off. {_default('top_p')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 MinPOpt = Annotated[
     float | None,
-    typer.Option("--min-p", help=f"Drop tokens below min-p × the top one's probability. {_default('min_p')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--min-p",
+        help=f"Drop tokens below min-p × the top one's probability. {_default('min_p')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 RepeatPenaltyOpt = Annotated[
     float | None,
-    typer.Option("--repeat-penalty", help=f"Penalise recently seen tokens; 1 = off. {_default('repeat_penalty')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--repeat-penalty",
+        help=f"Penalise recently seen tokens; 1 = off. {_default('repeat_penalty')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 RepeatLastNOpt = Annotated[
     int | None,
-    typer.Option("--repeat-last-n", help=f"Tokens the penalties look back at; -1 = all, 0 = off. "
-                 f"{_default('repeat_last_n')}", rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--repeat-last-n",
+        help=f"Tokens the penalties look back at; -1 = all, 0 = off. {_default('repeat_last_n')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 PresencePenaltyOpt = Annotated[
     float | None,
-    typer.Option("--presence-penalty", help=f"Subtract from tokens already seen. {_default('presence_penalty')}",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--presence-penalty",
+        help=f"Subtract from tokens already seen. {_default('presence_penalty')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 FrequencyPenaltyOpt = Annotated[
     float | None,
-    typer.Option("--frequency-penalty", help=f"Subtract × count of each seen token. "
-                 f"{_default('frequency_penalty')}", rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--frequency-penalty",
+        help=f"Subtract × count of each seen token. {_default('frequency_penalty')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 SeedOpt = Annotated[
     int | None,
-    typer.Option("--seed", help="Random seed for reproducible sampling. [default: a fresh one, shown by --stats]",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--seed",
+        help="Random seed for reproducible sampling. [default: a fresh one, shown by --stats]",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 MaxTokensOpt = Annotated[
     int | None,
-    typer.Option("--max-tokens", "-n", help=f"Most tokens to generate; -1 = until done or the context is full. "
-                 f"{_default('max_tokens')}", rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--max-tokens",
+        "-n",
+        help=f"Most tokens to generate; -1 = until done or the context is full. {_default('max_tokens')}",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 StopOpt = Annotated[
     list[str] | None,
-    typer.Option("--stop", help="Stop when the output contains this text (repeatable).",
-                 rich_help_panel=SAMPLING, show_default=False),
+    typer.Option(
+        "--stop",
+        help="Stop when the output contains this text (repeatable).",
+        rich_help_panel=SAMPLING,
+        show_default=False,
+    ),
 ]
 CtxOpt = Annotated[
     int | None,
-    typer.Option("--ctx", "-c", help="Context length in tokens. [default: the model's trained length, at most 4096]",
-                 rich_help_panel=LOADING, show_default=False),
+    typer.Option(
+        "--ctx",
+        "-c",
+        help="Context length in tokens. [default: the model's trained length, at most 4096]",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
 ]
 ThreadsOpt = Annotated[
     int | None,
-    typer.Option("--threads", help="CPU threads. [default: physical cores]", rich_help_panel=LOADING,
-                 show_default=False),
+    typer.Option(
+        "--threads", help="CPU threads. [default: physical cores]", rich_help_panel=LOADING, show_default=False
+    ),
 ]
 GpuLayersOpt = Annotated[
     int | None,
-    typer.Option("--gpu-layers", help="Layers to offload to the GPU; -1 = all. "
-                 "[default: all when llama.cpp has GPU offload, else 0]", rich_help_panel=LOADING,
-                 show_default=False),
+    typer.Option(
+        "--gpu-layers",
+        help="Layers to offload to the GPU; -1 = all. [default: all when llama.cpp has GPU offload, else 0]",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
 ]
 ForceOpt = Annotated[
     bool,
-    typer.Option("--force", help="Load even when the memory plan says the model will not fit.",
-                 rich_help_panel=LOADING),
+    typer.Option(
+        "--force", help="Load even when the memory plan says the model will not fit.", rich_help_panel=LOADING
+    ),
 ]
 SystemOpt = Annotated[
     str | None,
@@ -134,21 +193,27 @@ SystemOpt = Annotated[
 ]
 RawOpt = Annotated[
     bool,
-    typer.Option("--raw", help="Plain completion: do not apply the model's chat template.",
-                 rich_help_panel=SAMPLING),
+    typer.Option("--raw", help="Plain completion: do not apply the model's chat template.", rich_help_panel=SAMPLING),
 ]
 StatsOpt = Annotated[
     bool,
-    typer.Option("--stats", help="After the answer, print timings, token counts and peak memory (stderr).",
-                 rich_help_panel=OUTPUT),
+    typer.Option(
+        "--stats",
+        help="After the answer, print timings, token counts and peak memory (stderr).",
+        rich_help_panel=OUTPUT,
+    ),
 ]
 JsonOpt = Annotated[
     bool,
-    typer.Option("--json", help="Print one JSON object (text, params, counts, timings) instead of streaming.",
-                 rich_help_panel=OUTPUT),
+    typer.Option(
+        "--json",
+        help="Print one JSON object (text, params, counts, timings) instead of streaming.",
+        rich_help_panel=OUTPUT,
+    ),
 ]
 ShowParamsOpt = Annotated[
     bool,
-    typer.Option("--show-params", help="Print every effective setting and where it came from (stderr).",
-                 rich_help_panel=OUTPUT),
+    typer.Option(
+        "--show-params", help="Print every effective setting and where it came from (stderr).", rich_help_panel=OUTPUT
+    ),
 ]

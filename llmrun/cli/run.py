@@ -29,8 +29,9 @@ def read_prompt(argument: str | None) -> str:
 def run(
     prompt: Annotated[
         str | None,
-        typer.Argument(help="The prompt. Omitted or '-': read stdin; given with piped stdin: put before it.",
-                       show_default=False),
+        typer.Argument(
+            help="The prompt. Omitted or '-': read stdin; given with piped stdin: put before it.", show_default=False
+        ),
     ] = None,
     model: o.ModelOpt = None,
     temperature: o.TemperatureOpt = None,
@@ -68,10 +69,17 @@ def run(
     from llmrun.sysinfo import available_memory
 
     sampling_flags = {
-        "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
-        "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n,
-        "presence_penalty": presence_penalty, "frequency_penalty": frequency_penalty,
-        "seed": seed, "max_tokens": max_tokens, "stop": stop or None,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "repeat_penalty": repeat_penalty,
+        "repeat_last_n": repeat_last_n,
+        "presence_penalty": presence_penalty,
+        "frequency_penalty": frequency_penalty,
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "stop": stop or None,
     }
     load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}
     text = read_prompt(prompt)
@@ -83,8 +91,13 @@ def run(
     try:
         with render.status("Preparing the model…"):
             run_plan = plan_run(
-                registry, model, sampling_flags, load_flags, force=force,
-                available_memory=available_memory, load_defaults=_load_defaults,
+                registry,
+                model,
+                sampling_flags,
+                load_flags,
+                force=force,
+                available_memory=available_memory,
+                load_defaults=_load_defaults,
             )
     except InvalidParameter as exc:
         raise o.flag_error(exc) from None
@@ -150,8 +163,9 @@ def _generate(run_plan: Any, text: str, system: str | None, raw: bool, stats: bo
         _print_stats(report)
 
 
-def _report(run_plan: Any, done: Any, load_seconds: float, prompt_format: str, peak: int,
-            total: float) -> dict[str, Any]:
+def _report(
+    run_plan: Any, done: Any, load_seconds: float, prompt_format: str, peak: int, total: float
+) -> dict[str, Any]:
     s = done.stats
     return {
         "text": done.text,

@@ -18,9 +18,28 @@ def test_help_and_version() -> None:
     assert code == 0 and "run" in out
     code, out, _ = invoke(["run", "--help"])
     assert code == 0
-    for flag in ("--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-                 "--presence-penalty", "--frequency-penalty", "--seed", "--max-tokens", "--stop", "--ctx",
-                 "--threads", "--gpu-layers", "--system", "--raw", "--stats", "--json", "--show-params", "--force"):
+    for flag in (
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "--repeat-penalty",
+        "--repeat-last-n",
+        "--presence-penalty",
+        "--frequency-penalty",
+        "--seed",
+        "--max-tokens",
+        "--stop",
+        "--ctx",
+        "--threads",
+        "--gpu-layers",
+        "--system",
+        "--raw",
+        "--stats",
+        "--json",
+        "--show-params",
+        "--force",
+    ):
         assert flag in out, flag
     code, out, _ = invoke(["--version"])
     assert code == 0 and out.startswith("llmrun ")
@@ -115,8 +134,9 @@ def test_out_of_memory_refusal_from_a_crafted_header(tmp_path: Path) -> None:
     ("overrides", "message"),
     [({"llama.block_count": 4096}, "sane layer count"), ({"general.architecture": 7}, "general.architecture")],
 )
-def test_headers_that_would_abort_llama_cpp_are_refused(tmp_path: Path, overrides: dict[str, object],
-                                                        message: str) -> None:
+def test_headers_that_would_abort_llama_cpp_are_refused(
+    tmp_path: Path, overrides: dict[str, object], message: str
+) -> None:
     path = gb.write_huge(tmp_path / "bad.gguf", **overrides)
     code, _, err = invoke(["run", "--force", "-m", str(path), "hi"])
     assert code == 1 and "is not a runnable model" in err and message in err

@@ -57,8 +57,11 @@ def test_greedy_equals_raw_llama_cpp_token_for_token(gemma: Path) -> None:
 
     model = GgufBackend().load(gemma, LoadParams(4096, default_threads(), 0))
     try:
-        ours = [e.id for e in model.stream(prompt_ids, SamplingParams(temperature=0, max_tokens=32))
-                if isinstance(e, Token) and e.id >= 0]
+        ours = [
+            e.id
+            for e in model.stream(prompt_ids, SamplingParams(temperature=0, max_tokens=32))
+            if isinstance(e, Token) and e.id >= 0
+        ]
         assert ours == raw_ids
         assert model.tokenize(PROMPT, add_bos=True) == prompt_ids
         logits = model.logits(prompt_ids)
@@ -217,9 +220,24 @@ def test_force_past_the_memory_plan_fails_cleanly_in_llama_cpp(tmp_path: Path) -
 
 def test_ctrl_c_stops_within_a_token_keeps_the_output_and_exits_130(gemma: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmrun", "run", "-t", "0.8", "--seed", "1", "-n", "-1", "--ctx", "4096",
-         "Write a very long story about a dragon:"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "llmrun",
+            "run",
+            "-t",
+            "0.8",
+            "--seed",
+            "1",
+            "-n",
+            "-1",
+            "--ctx",
+            "4096",
+            "Write a very long story about a dragon:",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert process.stdout is not None
     first = process.stdout.read(20)  # streaming: text arrives before generation ends

@@ -37,12 +37,12 @@ def test_user_file_overrides_and_names_the_default(monkeypatch: pytest.MonkeyPat
     ("text", "expected"),
     [
         ("[models.a\n", "invalid TOML"),
-        ('[models.a]\ncontxt = 5\n', ":2: models.a.contxt: unknown key; did you mean 'context'?"),
+        ("[models.a]\ncontxt = 5\n", ":2: models.a.contxt: unknown key; did you mean 'context'?"),
         ('[models.a]\ncontext = "big"\n', "expected an integer"),
-        ('[models.a]\ncontext = 0\n', "must be a positive integer"),
-        ('[models.a.defaults]\ntop_p = 3.0\n', "top_p: must be in (0, 1]"),
-        ('[models.A]\n', "lower case"),
-        ('[models.a]\ngguf = { files = {} }\n', "missing 'repo'"),
+        ("[models.a]\ncontext = 0\n", "must be a positive integer"),
+        ("[models.a.defaults]\ntop_p = 3.0\n", "top_p: must be in (0, 1]"),
+        ("[models.A]\n", "lower case"),
+        ("[models.a]\ngguf = { files = {} }\n", "missing 'repo'"),
     ],
 )
 def test_malformed_files_are_reported_with_location(tmp_path: Path, text: str, expected: str) -> None:

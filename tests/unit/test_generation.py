@@ -23,8 +23,9 @@ def _run(parts: list[bytes], params: SamplingParams, n_ctx: int = 100, end: bool
     ids, table = _pieces(parts)
     source = iter([*ids, EOS] if end else ids)
     return list(
-        assemble(source, lambda i: table.get(i, b""), lambda i: i == EOS,
-                 prompt_tokens=3, n_ctx=n_ctx, params=params, seed=7)
+        assemble(
+            source, lambda i: table.get(i, b""), lambda i: i == EOS, prompt_tokens=3, n_ctx=n_ctx, params=params, seed=7
+        )
     )
 
 

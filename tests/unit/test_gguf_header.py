@@ -14,8 +14,9 @@ from tests import ggufbuild as gb
 
 
 def test_reads_metadata_and_tensors(tmp_path: Path) -> None:
-    path = gb.write(tmp_path / "m.gguf", {**gb.LLAMA_META, "tokenizer.chat_template": "{{ x }}"},
-                    [("tok_embd.weight", (64, 10), 0)])
+    path = gb.write(
+        tmp_path / "m.gguf", {**gb.LLAMA_META, "tokenizer.chat_template": "{{ x }}"}, [("tok_embd.weight", (64, 10), 0)]
+    )
     header = read_header(path)
     assert header.architecture == "llama"
     assert header.arch_value("block_count") == 2
@@ -31,13 +32,17 @@ def test_reads_metadata_and_tensors(tmp_path: Path) -> None:
         (b"PK\x03\x04" + b"\0" * 40, "does not start with 'GGUF'"),
         (b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "unsupported GGUF version"),
         # the 57-byte file that makes the gguf package hang: an array claiming 2**62 items
-        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gb.string("a") + struct.pack("<IIQ", 9, 4, 2**62) + b"\0" * 12,
-         "more than the file can hold"),
+        (
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gb.string("a") + struct.pack("<IIQ", 9, 4, 2**62) + b"\0" * 12,
+            "more than the file can hold",
+        ),
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**40), "metadata entries"),
         (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), "tensors"),
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**50) + b"x" * 16, "claims"),
-        (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gb.string("k") + struct.pack("<I", 77) + b"\0" * 8,
-         "unknown value type"),
+        (
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gb.string("k") + struct.pack("<I", 77) + b"\0" * 8,
+            "unknown value type",
+        ),
     ],
 )
 def test_hostile_headers_fail_fast_with_a_clear_error(tmp_path: Path, content: bytes, message: str) -> None:

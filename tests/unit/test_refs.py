@@ -30,8 +30,18 @@ def test_parse(text: str, kind: str, name: str, tag: str | None, file: str | Non
 
 
 @pytest.mark.parametrize(
-    "text", ["", "  ", "a\x00b", "owner/../etc", "owner/..:q4", "a/b/c/d", "owner/repo/file.txt",
-             "owner/repo:../x", "bad name with spaces"],
+    "text",
+    [
+        "",
+        "  ",
+        "a\x00b",
+        "owner/../etc",
+        "owner/..:q4",
+        "a/b/c/d",
+        "owner/repo/file.txt",
+        "owner/repo:../x",
+        "bad name with spaces",
+    ],
 )
 def test_hostile_or_malformed_names_are_refused(text: str) -> None:
     with pytest.raises(LlmrunError):

@@ -108,7 +108,9 @@ def test_repeat_penalty_divides_positive_and_multiplies_negative_logits() -> Non
     out = apply_penalties(logits, [0, 1], SamplingParams(repeat_penalty=2.0))
     assert out.tolist() == [1.0, -4.0, 1.0]
     assert apply_penalties(logits, [0, 1], SamplingParams(repeat_penalty=2.0, repeat_last_n=0)).tolist() == [
-        2.0, -2.0, 1.0,
+        2.0,
+        -2.0,
+        1.0,
     ]
     # only the last n tokens count
     assert apply_penalties(logits, [0, 1], SamplingParams(repeat_penalty=2.0, repeat_last_n=1))[0] == 2.0

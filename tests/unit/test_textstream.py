@@ -20,7 +20,7 @@ def test_any_byte_split_never_prints_a_replacement_character(text: str) -> None:
 
 def test_an_unfinished_character_at_the_end_is_dropped_not_replaced() -> None:
     stream = Utf8Stream()
-    assert stream.feed("a".encode() + "🦜".encode()[:2]) == "a"
+    assert stream.feed(b"a" + "🦜".encode()[:2]) == "a"
     assert stream.pending == "🦜".encode()[:2]
     assert stream.finish() == ""
 
