@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from llmrun.cli.app import app
 
 
-def invoke(args: Sequence[str], stdin: str | None = None) -> tuple[int, str, str]:
+def invoke(args: Sequence[str], stdin: str | None = None, columns: int = 200) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``llmrun ARGS`` run in this process."""
-    result = CliRunner().invoke(app, list(args), input=stdin)
+    result = CliRunner().invoke(app, list(args), input=stdin, env={"COLUMNS": str(columns)})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout, result.stderr

@@ -47,7 +47,13 @@ class LlmrunGroup(TyperGroup):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             raise typer.Exit(0) from None
-        except (typer.Exit, typer.Abort, TyperException):
+        except TyperException as exc:
+            # click-level usage errors (a value of the wrong type, an unknown option): one line too
+            usage = getattr(exc, "ctx", None)
+            command = usage.command_path if usage is not None else "llmrun"
+            render.error(exc.format_message(), f"see '{command} --help'")
+            raise typer.Exit(exc.exit_code) from None
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
             if _debug(ctx):

@@ -42,7 +42,7 @@ def flag_error(exc: InvalidParameter) -> UsageError:
 
 
 def _default(name: str) -> str:
-    return f"[default: {getattr(DEFAULTS, name)}]"
+    return f"Default: {getattr(DEFAULTS, name)}."
 
 
 ModelOpt = Annotated[
@@ -50,7 +50,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Model: alias, path to a .gguf file. [default: gemma3:270m, or LLMRUN_MODEL]",
+        help="An alias from models.toml or a path to a .gguf file. "
+        "Default: $LLMRUN_MODEL, else the default in models.toml (gemma3:270m).",
         rich_help_panel=LOADING,
         show_default=False,
     ),
@@ -132,7 +133,7 @@ SeedOpt = Annotated[
     int | None,
     typer.Option(
         "--seed",
-        help="Random seed for reproducible sampling. [default: a fresh one, shown by --stats]",
+        help="Random seed for reproducible sampling. Default: a fresh one, shown by --stats.",
         rich_help_panel=SAMPLING,
         show_default=False,
     ),
@@ -161,7 +162,7 @@ CtxOpt = Annotated[
     typer.Option(
         "--ctx",
         "-c",
-        help="Context length in tokens. [default: the model's trained length, at most 4096]",
+        help="Context length in tokens. Default: the model's trained length, at most 4096.",
         rich_help_panel=LOADING,
         show_default=False,
     ),
@@ -169,14 +170,14 @@ CtxOpt = Annotated[
 ThreadsOpt = Annotated[
     int | None,
     typer.Option(
-        "--threads", help="CPU threads. [default: physical cores]", rich_help_panel=LOADING, show_default=False
+        "--threads", help="CPU threads. Default: physical cores.", rich_help_panel=LOADING, show_default=False
     ),
 ]
 GpuLayersOpt = Annotated[
     int | None,
     typer.Option(
         "--gpu-layers",
-        help="Layers to offload to the GPU; -1 = all. [default: all when llama.cpp has GPU offload, else 0]",
+        help="Layers to offload to the GPU; -1 = all. Default: all when llama.cpp has GPU offload, else 0.",
         rich_help_panel=LOADING,
         show_default=False,
     ),

@@ -87,11 +87,13 @@ class TokenPrinter:
         self.out.flush()
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True) -> None:
     """A small table on stderr (plain aligned text when stderr is not a terminal)."""
-    grid = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
+    grid = Table(
+        title=title or None, title_justify="left", show_edge=False, box=None, pad_edge=False, show_header=header
+    )
     for index, column in enumerate(columns):
-        grid.add_column(column, style="bold" if index == 0 else None, no_wrap=index == 0)
+        grid.add_column(column, style="dim" if index == 0 else None, no_wrap=index == 0)
     for row in rows:
         grid.add_row(*(str(cell) for cell in row))
     err_console().print(grid)

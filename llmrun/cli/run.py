@@ -120,7 +120,10 @@ def _load_defaults() -> dict[str, int]:
 def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
     from llmrun.cli import render
 
-    rows = [(o.FLAG_FOR_FIELD.get(name, name), value, source) for name, value, source in settings]
+    rows = [
+        (o.FLAG_FOR_FIELD.get(name, name), "random (per run)" if name == "seed" and value is None else value, source)
+        for name, value, source in settings
+    ]
     rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
     rows.append(("--raw", raw, "command line" if raw else "default"))
     render.table("Effective settings", ["setting", "value", "source"], rows)
@@ -205,4 +208,4 @@ def _print_stats(report: dict[str, Any]) -> None:
         ("seed", "greedy" if report["seed"] is None else report["seed"]),
         ("peak memory", format_bytes(report["peak_memory_bytes"])),
     ]
-    render.table("", ["stat", "value"], rows)
+    render.table("", ["stat", "value"], rows, header=False)

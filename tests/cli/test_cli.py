@@ -41,6 +41,7 @@ def test_help_and_version() -> None:
         "--force",
     ):
         assert flag in out, flag
+    assert "Default: 0.8." in out and "Default: 512." in out  # defaults survive Rich markup
     code, out, _ = invoke(["--version"])
     assert code == 0 and out.startswith("llmrun ")
 
@@ -82,6 +83,22 @@ def test_bad_flag_values_get_one_line_and_exit_2(args: list[str], message: str) 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--top-k", "abc"], "Invalid value for '--top-k'"), (["--bogus"], "No such option"), (["--seed"], "requires")],
+)
+def test_unparsable_flags_get_one_line_and_exit_2(args: list[str], message: str) -> None:
+    code, out, err = invoke(["run", *args])
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "--help" in lines[0], err
+
+
+def test_unknown_command_gets_one_line() -> None:
+    code, _, err = invoke(["rnu"])
+    assert code == 2 and "No such command" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_prompt_is_a_usage_error() -> None:
