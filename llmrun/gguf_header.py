@@ -46,6 +46,7 @@ _SCALARS: dict[int, tuple[str, int]] = {
 _STRING = 8
 _ARRAY = 9
 _MIN_STRING = 8  # a string is at least its u64 length
+_U64 = struct.Struct("<Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +149,21 @@ class _Cursor:
         except UnicodeDecodeError as exc:
             raise self.fail(f"{what} is not UTF-8") from exc
 
-    def skip_string(self, what: str) -> None:
-        length = self.u64(f"{what} length")
-        if length > MAX_STRING_BYTES:
-            raise self.fail(f"{what} claims {length} bytes (limit {MAX_STRING_BYTES})")
-        self.take(length, what)
+    def skip_strings(self, count: int, what: str) -> None:
+        """Skip ``count`` strings (a vocabulary) with the same checks as :meth:`string`, quickly."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = _U64.unpack_from
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                raise self.fail(f"{what} length needs 8 bytes but only {size - pos} remain")
+            (length,) = unpack(buf, pos)
+            pos += 8
+            if length > MAX_STRING_BYTES or pos + length > size:
+                self.pos = pos
+                raise self.fail(f"{what} claims {length} bytes, more than the file can hold")
+            pos += length
+        self.pos = pos
 
 
 def _min_size(type_id: int) -> int:
@@ -182,8 +193,7 @@ def _read_value(cur: _Cursor, type_id: int, key: str, depth: int = 0) -> Any:
         cur.take(count * _SCALARS[item_type][1], f"items of {key}")
         return ArraySummary(item_type, count)
     if item_type == _STRING and count > KEEP_ARRAY_ITEMS:
-        for _ in range(count):
-            cur.skip_string(f"item of {key}")
+        cur.skip_strings(count, f"item of {key}")
         return ArraySummary(item_type, count)
     return [_read_value(cur, item_type, key, depth + 1) for _ in range(count)]
 

@@ -45,12 +45,28 @@ def note(message: str) -> None:
 
 
 class Status(Protocol):
+    def update(self, status: str) -> None: ...
+
     def stop(self) -> None: ...
 
 
 class _NoStatus:
+    def update(self, status: str) -> None:
+        pass
+
     def stop(self) -> None:
         pass
+
+
+class _RichStatus:
+    def __init__(self, live: Any) -> None:
+        self._live = live
+
+    def update(self, status: str) -> None:
+        self._live.update(Text(status, style="dim"))
+
+    def stop(self) -> None:
+        self._live.stop()
 
 
 @contextmanager
@@ -61,7 +77,7 @@ def status(message: str) -> Iterator[Status]:
         yield _NoStatus()
         return
     with console.status(Text(message, style="dim"), spinner="dots") as live:
-        yield live
+        yield _RichStatus(live)
 
 
 class TokenPrinter:

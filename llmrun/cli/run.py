@@ -140,6 +140,7 @@ def _generate(run_plan: Any, text: str, system: str | None, raw: bool, stats: bo
     with render.status(f"Loading {run_plan.model.name}…") as spinner:
         model = load(run_plan)
         load_seconds = time.perf_counter() - started
+        spinner.update("Generating…" if json_output else "Reading the prompt…")
         try:
             ids, prompt_format = prompt_ids(model, chat_template(run_plan), text, system, raw)
             done: Done | None = None

@@ -100,3 +100,16 @@ def test_format_bytes() -> None:
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 * 1024**3) == "3.0 GiB"
+
+
+def test_a_long_vocabulary_is_summarised_and_its_strings_still_checked(tmp_path: Path) -> None:
+    words = [f"w{i}" for i in range(5000)]
+    good = gb.write(tmp_path / "vocab.gguf", {**gb.LLAMA_META, "tokenizer.ggml.tokens": words}, [("w", (8,), 0)])
+    summary = read_header(good).metadata["tokenizer.ggml.tokens"]
+    assert summary.length == 5000
+    raw = gb.header({"tokenizer.ggml.tokens": words})
+    cut = raw[: raw.rindex(b"w4999") - 8] + struct.pack("<Q", 2**40) + b"w4999"
+    bad = tmp_path / "bad_vocab.gguf"
+    bad.write_bytes(cut)
+    with pytest.raises(ModelFileError, match="more than the file can hold"):
+        read_header(bad)
