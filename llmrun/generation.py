@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from llmrun.backends.base import Done, FinishReason, GenerationStats, Token
+from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats, Token
 from llmrun.errors import UsageError
 from llmrun.sampling import SamplingParams
 from llmrun.textstream import StopMatcher, Utf8Stream
@@ -40,7 +40,10 @@ def assemble(
     n_ctx: int,
     params: SamplingParams,
     seed: int | None,
+    score: Callable[[int], tuple[float, tuple[Candidate, ...]]] | None = None,
 ) -> Iterator[Token | Done]:
+    """``score(token_id)`` (when given) is called as each token arrives, before the
+    backend moves on, and returns its log-probability and the top alternatives."""
     limit, limit_reason = token_budget(prompt_tokens, n_ctx, params)
     utf8 = Utf8Stream()
     stops = StopMatcher(params.stop)
@@ -60,7 +63,11 @@ def assemble(
                 break
             text = stops.feed(utf8.feed(piece(token_id)))
             parts.append(text)
-            yield Token(token_id, text)
+            if score is None:
+                yield Token(token_id, text)
+            else:
+                logprob, top = score(token_id)
+                yield Token(token_id, text, logprob, top)
             if stops.stopped_by is not None:
                 finish = "stop"
                 break

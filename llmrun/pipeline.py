@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from llmrun import backends
@@ -26,6 +27,23 @@ from llmrun.template import Message, render
 
 COMMAND_LINE = "command line"
 PromptFormat = Literal["chat template", "plain"]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    model: ResolvedModel
+    source: str  # where the model name came from
+    header: GgufHeader
+
+
+def locate(registry: Registry, model_name: str | None, progress: Callable[[int], None] | None = None) -> Located:
+    """Resolve the model (the named one, else the default) and read its header, bounded."""
+    if model_name:
+        name, source = model_name, COMMAND_LINE
+    else:
+        name, source = default_model_name(registry)
+    resolved = resolve(ModelRef.parse(name), registry, progress)
+    return Located(resolved, source, read_header(resolved.path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +84,8 @@ def plan_run(
 ) -> RunPlan:
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
-    if model_name:
-        name, model_source = model_name, COMMAND_LINE
-    else:
-        name, model_source = default_model_name(registry)
-    resolved = resolve(ModelRef.parse(name), registry, progress)
-    header = read_header(resolved.path)
+    located = locate(registry, model_name, progress)
+    resolved, model_source, header = located.model, located.source, located.header
     entry = resolved.entry
     sampling, sources = merge_layers(
         SamplingParams,
@@ -94,7 +108,7 @@ def plan_run(
             f"--ctx {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
             "expect worse output past that point"
         )
-    memory = plan(header, load.n_ctx)
+    memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
     available = available_memory()
     if memory.total_bytes > available:
@@ -114,6 +128,11 @@ def plan_run(
 
 def load(run_plan: RunPlan) -> LoadedModel:
     return backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
+
+
+def load_vocabulary(path: Path, params: LoadParams, backend: str = "gguf") -> LoadedModel:
+    """The model's tokenizer alone (``vocab_only``): tokenize and detokenize, no weights."""
+    return backends.get(backend).load(path, params)
 
 
 def chat_template(run_plan: RunPlan) -> str | None:

@@ -168,7 +168,7 @@ def softmax(logits: FloatArray) -> FloatArray:
 
 
 def apply_penalties(
-    logits: FloatArray,
+    logits: npt.NDArray[Any],
     previous: Sequence[int],
     params: SamplingParams,
 ) -> FloatArray:
@@ -244,23 +244,89 @@ def min_p_filter(probs: FloatArray, min_p: float) -> FloatArray:
     return np.where(probs >= threshold, probs, 0.0).astype(np.float64)
 
 
+def log_softmax(logits: npt.NDArray[Any]) -> FloatArray:
+    """Log-probabilities of the model's distribution (temperature 1)."""
+    import numpy as np
+
+    values = np.asarray(logits, dtype=np.float64)
+    peak = np.max(values)
+    result: FloatArray = values - (peak + np.log(np.sum(np.exp(values - peak))))
+    return result
+
+
+def top_indices(values: npt.NDArray[Any], n: int) -> list[int]:
+    """Indices of the ``n`` largest values, largest first (ties by index)."""
+    import numpy as np
+
+    n = min(n, values.size)
+    if n <= 0:
+        return []
+    part = np.argpartition(-values, n - 1)[:n]
+    order = sorted(part.tolist(), key=lambda i: (-float(values[i]), i))
+    return [int(i) for i in order]
+
+
+def entropy_bits(probs: FloatArray) -> float:
+    import numpy as np
+
+    nonzero = probs[probs > 0]
+    return float(-(nonzero * np.log2(nonzero)).sum())
+
+
 def renormalize(probs: FloatArray) -> FloatArray:
     result: FloatArray = probs / probs.sum()
     return result
 
 
-def filtered_distribution(logits: FloatArray, params: SamplingParams, previous: Sequence[int] = ()) -> FloatArray:
-    """The distribution generation samples from, in llama.cpp's order:
-    penalties → top-k → top-p → min-p → temperature → renormalise."""
-    penalized = apply_penalties(logits, previous, params)
-    if params.greedy:
-        return softmax(apply_temperature(penalized, 0))
-    probs = softmax(penalized)
-    probs = top_k_filter(probs, params.top_k)
-    probs = top_p_filter(renormalize(probs), params.top_p)
-    probs = min_p_filter(renormalize(probs), params.min_p)
+REMOVED_BY = ("", "top-k", "top-p", "min-p", "greedy")
+"""Codes in :attr:`Stages.removed_by`: which step removed a token (0: kept)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """What each sampling step does to one next-token distribution."""
+
+    raw: FloatArray  # softmax of the model's logits (temperature 1, no penalties)
+    tempered: FloatArray  # softmax of the penalised logits / temperature, before the filters
+    removed_by: npt.NDArray[np.int8]  # index into REMOVED_BY for every token
+    final: FloatArray  # the distribution generation samples from
+
+    @property
+    def survivors(self) -> int:
+        return int((self.removed_by == 0).sum())
+
+
+def sampling_stages(logits: npt.NDArray[Any], params: SamplingParams, previous: Sequence[int] = ()) -> Stages:
+    """The distribution generation samples from, step by step, in llama.cpp's order:
+    penalties → top-k → top-p → min-p → temperature → renormalise.
+
+    Top-p and min-p see the probabilities of the tokens still in play (temperature 1),
+    as in llama.cpp's sampler chain; temperature only reshapes the survivors.
+    """
     import numpy as np
 
-    kept = probs > 0
-    scaled = np.where(kept, penalized / params.temperature, -np.inf)
-    return softmax(scaled)
+    raw = softmax(np.asarray(logits, dtype=np.float64))
+    penalized = apply_penalties(logits, previous, params)
+    removed = np.zeros(penalized.size, dtype=np.int8)
+    if params.greedy:
+        final = softmax(apply_temperature(penalized, 0))
+        removed[final == 0] = REMOVED_BY.index("greedy")
+        return Stages(raw, final, removed, final)
+    tempered = softmax(penalized / params.temperature)
+    probs = softmax(penalized)
+    for code in (1, 2, 3):
+        if code == 1:
+            kept = top_k_filter(probs, params.top_k)
+        elif code == 2:
+            kept = top_p_filter(renormalize(probs), params.top_p)
+        else:
+            kept = min_p_filter(renormalize(probs), params.min_p)
+        removed[(kept == 0) & (probs > 0)] = code
+        probs = kept
+    final = softmax(np.where(probs > 0, penalized / params.temperature, -np.inf))
+    return Stages(raw, tempered, removed, final)
+
+
+def filtered_distribution(logits: FloatArray, params: SamplingParams, previous: Sequence[int] = ()) -> FloatArray:
+    """The distribution generation samples from (see :func:`sampling_stages`)."""
+    return sampling_stages(logits, params, previous).final

@@ -91,6 +91,16 @@ def is_verified(path: Path, sha256: str) -> bool:
     )
 
 
+def recorded_sha256(path: Path) -> str | None:
+    """The sha256 recorded when ``path`` was verified, if it has not changed since."""
+    try:
+        record = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sha = record.get("sha256") if isinstance(record, dict) else None
+    return sha if isinstance(sha, str) and is_verified(path, sha) else None
+
+
 def mark_verified(path: Path, sha256: str) -> None:
     stat = path.stat()
     record = {"sha256": sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}

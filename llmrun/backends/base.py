@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 FinishReason = Literal["eos", "stop", "length", "context"]
+KvType = Literal["f16", "q8_0", "q4_0"]
+KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +32,12 @@ class LoadParams:
     n_ctx: int
     n_threads: int
     n_gpu_layers: int  # -1: all layers
+    kv_type: str = "f16"  # element type of the KV cache: f16, q8_0 or q4_0
+    vocab_only: bool = False  # load the tokenizer only (tokenize, fast)
 
     def __post_init__(self) -> None:
+        if self.kv_type not in KV_TYPES:
+            raise InvalidParameter("kv_type", self.kv_type, f"one of {', '.join(KV_TYPES)}")
         if isinstance(self.n_ctx, bool) or not isinstance(self.n_ctx, int) or self.n_ctx < 16:
             raise InvalidParameter("n_ctx", self.n_ctx, "an integer >= 16")
         if isinstance(self.n_threads, bool) or not isinstance(self.n_threads, int) or self.n_threads < 1:
@@ -43,11 +49,25 @@ class LoadParams:
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """A token the model considered, with its log-probability under the model (temperature 1)."""
+
+    id: int
+    piece: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
 class Token:
-    """One generated token and the text it completes (may be empty while held back)."""
+    """One generated token and the text it completes (may be empty while held back).
+
+    ``logprob`` and ``top`` are filled when the stream was asked for log-probabilities.
+    """
 
     id: int
     text: str
+    logprob: float | None = None
+    top: tuple[Candidate, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +105,22 @@ class LoadedModel(Protocol):
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str: ...
 
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
+
     @property
     def bos_id(self) -> int | None: ...
 
     @property
     def adds_bos(self) -> bool: ...
 
-    def stream(self, ids: Sequence[int], params: SamplingParams) -> Iterator[Token | Done]: ...
+    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]: ...
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]: ...
+
+    # the forward pass by itself, for benchmarks: clear the KV cache, append tokens to it
+    def reset(self) -> None: ...
+
+    def eval(self, ids: Sequence[int]) -> None: ...
 
     def close(self) -> None: ...
 

@@ -11,14 +11,14 @@ import contextlib
 import ctypes
 import logging
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import Done, LoadParams, Token
+from llmrun.backends.base import Candidate, Done, LoadParams, Token
 from llmrun.errors import BackendError
 from llmrun.generation import assemble
-from llmrun.sampling import MAX_SEED, SamplingParams
+from llmrun.sampling import MAX_SEED, SamplingParams, log_softmax, top_indices
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,6 +101,9 @@ class GgufModel:
         self._pieces[(token_id, special)] = value
         return value
 
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
+        return self.piece(token_id, special)
+
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         return b"".join(self.piece(i, special) for i in ids).decode("utf-8", errors="replace")
 
@@ -117,7 +120,7 @@ class GgufModel:
         return bool(self._llama._model.add_bos_token())
 
     # --- generation -----------------------------------------------------------
-    def stream(self, ids: Sequence[int], params: SamplingParams) -> Iterator[Token | Done]:
+    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
         seed = None if params.greedy else params.seed
         if seed is None and not params.greedy:
             seed = secrets.randbelow(MAX_SEED + 1)
@@ -133,22 +136,51 @@ class GgufModel:
             n_ctx=self.n_ctx,
             params=params,
             seed=seed,
+            score=self._scorer(logprobs) if logprobs > 0 else None,
         )
+
+    def _scorer(self, n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
+        """Reads the logits the token was just sampled from (before the next forward pass)."""
+
+        def score(token_id: int) -> tuple[float, tuple[Candidate, ...]]:
+            logprobs = log_softmax(self._last_logits())
+            top = tuple(Candidate(i, self.piece(i), float(logprobs[i])) for i in top_indices(logprobs, n))
+            return float(logprobs[token_id]), top
+
+        return score
+
+    def _last_logits(self) -> npt.NDArray[np.float32]:
+        import numpy as np
+
+        n_vocab = int(self._llama.n_vocab())
+        return np.ctypeslib.as_array(self._llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
+
+    def reset(self) -> None:
+        self._llama.reset()
+
+    def eval(self, ids: Sequence[int]) -> None:
+        if self._llama.n_tokens + len(ids) > self.n_ctx:
+            raise BackendError(
+                f"{self._llama.n_tokens + len(ids)} tokens do not fit in the context of {self.n_ctx}",
+                "raise --ctx",
+            )
+        self._llama.eval(list(ids))
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Raw next-token logits after ``ids`` (a fresh forward pass)."""
         import numpy as np
 
-        self._llama.reset()
-        self._llama.eval(list(ids))
-        n_vocab = int(self._llama.n_vocab())
-        row = np.ctypeslib.as_array(self._llama._ctx.get_logits(), shape=(n_vocab,))
-        result: npt.NDArray[np.float32] = np.array(row, dtype=np.float32)
+        self.reset()
+        self.eval(ids)
+        result: npt.NDArray[np.float32] = np.array(self._last_logits(), dtype=np.float32)
         return result
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._llama.close()
+
+
+_KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}  # GGML_TYPE_*
 
 
 class GgufBackend:
@@ -158,6 +190,7 @@ class GgufBackend:
         from llama_cpp import Llama
 
         _route_llama_logs()
+        kv_type = _KV_TYPES[params.kv_type]
         try:
             llama = Llama(
                 model_path=str(path),
@@ -165,6 +198,11 @@ class GgufBackend:
                 n_threads=params.n_threads,
                 n_threads_batch=params.n_threads,
                 n_gpu_layers=params.n_gpu_layers,
+                vocab_only=params.vocab_only,
+                type_k=kv_type,
+                type_v=kv_type,
+                # a quantized V cache needs flash attention in llama.cpp
+                flash_attn=params.kv_type != "f16",
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as exc:

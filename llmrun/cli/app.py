@@ -99,9 +99,13 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import run
+    from llmrun.cli import bench, inspect, models, run
 
-    app.command("run", no_args_is_help=False)(run.run)
+    app.command("run")(run.run)
+    app.command("tokenize")(inspect.tokenize)
+    app.command("next")(inspect.next_token)
+    app.command("show")(models.show)
+    app.command("bench")(bench.bench)
 
 
 _register()

@@ -80,18 +80,33 @@ def status(message: str) -> Iterator[Status]:
         yield _RichStatus(live)
 
 
-class TokenPrinter:
-    """Writes streamed text to stdout as it arrives (flushed, so pipes see it live)."""
+PROBABILITY_STYLES = ((0.9, "green"), (0.5, "default"), (0.2, "yellow"), (0.05, "dark_orange"), (0.0, "red"))
 
-    def __init__(self, out: IO[str] | None = None) -> None:
+
+def probability_style(p: float) -> str:
+    return next(style for floor, style in PROBABILITY_STYLES if p >= floor)
+
+
+class TokenPrinter:
+    """Writes streamed text to stdout as it arrives (flushed, so pipes see it live).
+
+    With ``colour_by_probability`` each piece is coloured by the probability the model
+    gave its token (on a terminal; plain text elsewhere).
+    """
+
+    def __init__(self, out: IO[str] | None = None, *, colour_by_probability: bool = False) -> None:
         self.out = out or sys.stdout
         self.wrote = False
         self.last = ""
+        self._console = Console(file=self.out, highlight=False, soft_wrap=True) if colour_by_probability else None
 
-    def write(self, text: str) -> None:
+    def write(self, text: str, probability: float | None = None) -> None:
         if not text:
             return
-        self.out.write(text)
+        if self._console is not None and probability is not None:
+            self._console.print(Text(text, style=probability_style(probability)), end="")
+        else:
+            self.out.write(text)
         self.out.flush()
         self.wrote = True
         self.last = text[-1]
@@ -103,8 +118,18 @@ class TokenPrinter:
         self.out.flush()
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True) -> None:
-    """A small table on stderr (plain aligned text when stderr is not a terminal)."""
+def probability_legend() -> None:
+    legend = Text("token probability: ", style="dim")
+    labels = ("≥ 90%", "50–90%", "20–50%", "5–20%", "< 5%")
+    for (_, style), label in zip(PROBABILITY_STYLES, labels, strict=True):
+        legend.append("■ " + label + "  ", style=style)
+    err_console().print(legend)
+
+
+def table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True, stdout: bool = False
+) -> None:
+    """A small table, on stderr unless it is the command's answer (plain text when not a terminal)."""
     grid = Table(
         title=title or None, title_justify="left", show_edge=False, box=None, pad_edge=False, show_header=header
     )
@@ -112,9 +137,180 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, 
         grid.add_column(column, style="dim" if index == 0 else None, no_wrap=index == 0)
     for row in rows:
         grid.add_row(*(str(cell) for cell in row))
-    err_console().print(grid)
+    (Console(highlight=False) if stdout else err_console()).print(grid)
 
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
     sys.stdout.flush()
+
+
+# --- pipeline views ------------------------------------------------------------
+
+_SPAN_STYLES = ("black on #a6e3a1", "black on #89b4fa", "black on #f9e2af", "black on #f5c2e7", "black on #94e2d5")
+
+
+def token_spans(groups: Sequence[Any]) -> None:
+    """The text as coloured token segments (one colour per token; a split character in one)."""
+    from llmrun.tokens import visible
+
+    line = Text()
+    for index, group in enumerate(groups):
+        style = _SPAN_STYLES[index % len(_SPAN_STYLES)]
+        shown = group.text if group.text.strip() or not group.text else visible(group.text)
+        line.append(shown.replace("\n", "↵\n"), style=style + (" underline" if group.byte_fallback else ""))
+    Console(highlight=False, soft_wrap=True).print(line)
+
+
+def token_table(ids: Sequence[int], pieces: dict[int, bytes]) -> None:
+    from llmrun.tokens import visible
+
+    rows = []
+    for index, token_id in enumerate(ids):
+        data = pieces[token_id]
+        try:
+            shown = visible(data.decode("utf-8"))
+            kind = ""
+        except UnicodeDecodeError:
+            shown = " ".join(f"<0x{b:02X}>" for b in data)
+            kind = "byte (part of a character)"
+        rows.append((index, token_id, shown, kind))
+    table("", ["#", "id", "piece", ""], rows, stdout=True)
+
+
+def probability_bar(p: float, width: int = 20) -> str:
+    cells = p * width
+    full = int(cells)
+    return "█" * full + ("▌" if cells - full >= 0.5 else "")
+
+
+def next_token_table(result: Any, params: Any) -> None:
+    """Candidates for the next token at each sampling stage, with bars."""
+    from llmrun.tokens import visible
+
+    temperature = "greedy" if params.greedy else f"T={params.temperature:g}"
+    grid = Table(box=None, pad_edge=False, show_edge=False, title_justify="left")
+    for name, justify in (
+        ("#", "right"),
+        ("token", "left"),
+        ("id", "right"),
+        ("raw p", "right"),
+        ("", "left"),
+        (f"{temperature} p", "right"),
+        ("final p", "right"),
+        ("", "left"),
+        ("removed by", "left"),
+    ):
+        grid.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in result.candidates:
+        removed = bool(c.removed_by)
+        grid.add_row(
+            str(c.rank),
+            Text(visible(c.piece.decode("utf-8", "replace")), style="dim strike" if removed else "bold"),
+            str(c.id),
+            f"{c.raw:.2%}",
+            Text(probability_bar(c.raw), style="blue"),
+            f"{c.tempered:.2%}",
+            f"{c.final:.2%}",
+            Text(probability_bar(c.final), style="dim" if removed else "green"),
+            Text(c.removed_by, style="red"),
+        )
+    console = Console(highlight=False)
+    console.print(grid)
+    err_console().print(
+        Text(
+            f"prompt {result.prompt_tokens} tokens · entropy {result.raw_entropy:.2f} bits raw → "
+            f"{result.final_entropy:.2f} bits sampled · {result.survivors:,} of {result.vocabulary:,} tokens survive "
+            f"(top-k {params.top_k}, top-p {params.top_p:g}, min-p {params.min_p:g}, {temperature})",
+            style="dim",
+        )
+    )
+
+
+def model_facts(facts: dict[str, Any]) -> None:
+    from llmrun.memory import format_bytes
+
+    window = facts["sliding_window"]
+    rows = [
+        ("model", facts["name"]),
+        ("file", f"{facts['path']} ({format_bytes(facts['file_size'])})"),
+        ("sha256", facts["sha256"] or "not recorded (llmrun did not download or assemble this file)"),
+        ("architecture", f"{facts['architecture']}" + (f" ({facts['model_name']})" if facts["model_name"] else "")),
+        ("parameters", f"{facts['parameters'] / 1e6:,.0f} M"),
+        ("trained context", f"{facts['context_length']:,} tokens" if facts["context_length"] else "unknown"),
+        ("layers", f"{facts['layers']} ({facts['kv_heads']} KV heads × {facts['head_dim']} dims)"),
+        ("sliding window", f"{window['window']} tokens on {window['layers']} layers" if window else "none"),
+        ("vocabulary", f"{facts['vocabulary']:,} tokens"),
+        ("chat template", "yes" if facts["chat_template"] else "no (plain completion)"),
+        ("license", facts["license"] or "unknown"),
+    ]
+    out = Console(highlight=False)
+    grid = Table(box=None, show_header=False, pad_edge=False)
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for row in rows:
+        grid.add_row(*(str(cell) for cell in row))
+    out.print(grid)
+    types = Table(title="\nweights by tensor type", title_justify="left", box=None, pad_edge=False)
+    for column in ("type", "tensors", "size"):
+        types.add_column(column, justify="left" if column == "type" else "right")
+    for name, value in facts["tensor_types"].items():
+        types.add_row(name, str(value["tensors"]), format_bytes(value["bytes"]))
+    out.print(types)
+
+
+def memory_plan(memory: dict[str, Any]) -> None:
+    from llmrun.memory import format_bytes
+
+    grid = Table(
+        title=f"\nmemory plan at {memory['context']:,} tokens of context "
+        f"({format_bytes(memory['available_bytes'])} available)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    for column in ("KV type", "weights", "KV cache", "(windowed)", "compute", "total", "fits", "max context"):
+        grid.add_column(column, justify="left" if column == "KV type" else "right", no_wrap=True)
+    for kv, p in memory["by_kv_type"].items():
+        windowed = p["kv_cache_windowed_bytes"]
+        grid.add_row(
+            kv,
+            format_bytes(p["weights_bytes"]),
+            format_bytes(p["kv_cache_bytes"]),
+            "" if windowed in (None, p["kv_cache_bytes"]) else format_bytes(windowed),
+            format_bytes(p["compute_bytes"]),
+            format_bytes(p["total_bytes"]),
+            Text("yes", style="green") if p["fits"] else Text("no", style="red"),
+            f"{p['largest_context']:,}",
+        )
+    out = Console(highlight=False)
+    out.print(grid)
+    out.print(
+        Text(
+            "KV cache = layers × KV heads × (K + V dims) × context × bytes per element. Sliding-window layers are "
+            "kept full-size, as llama.cpp does by default (swa_full); 'windowed' is their size when they are not.",
+            style="dim",
+        )
+    )
+
+
+def bench_table(rows: Sequence[dict[str, Any]]) -> None:
+    from llmrun.memory import format_bytes
+
+    grid = Table(box=None, pad_edge=False)
+    for column in ("model", "backend", "KV", "threads", "test", "t/s", "time to first token", "peak RSS"):
+        grid.add_column(column, justify="left" if column in ("model", "backend", "KV", "test") else "right")
+    for row in rows:
+        for test, key in ((f"pp{row['n_prompt']}", "pp"), (f"tg{row['n_gen']}", "tg")):
+            ttft = f"{row['ttft_s'] * 1000:.0f} ± {row['ttft_stdev'] * 1000:.0f} ms" if key == "pp" else ""
+            grid.add_row(
+                row["model"],
+                row["backend"],
+                row["kv_type"],
+                str(row["threads"]),
+                test,
+                f"{row[f'{key}_tokens_per_s']:.1f} ± {row[f'{key}_stdev']:.1f}",
+                ttft,
+                format_bytes(row["peak_rss_bytes"]) if key == "pp" else "",
+            )
+    Console(highlight=False).print(grid)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmrun.cli import options as o
 from llmrun.errors import InvalidParameter, UsageError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import Token
+    from llmrun.pipeline import RunPlan
 
 
 def read_prompt(argument: str | None) -> str:
@@ -54,6 +59,22 @@ def run(
     stats: o.StatsOpt = False,
     json_output: o.JsonOpt = False,
     show_params: o.ShowParamsOpt = False,
+    show_probs: Annotated[
+        bool,
+        typer.Option(
+            "--show-probs", help="Colour each token by its probability (with a legend).", rich_help_panel=o.OUTPUT
+        ),
+    ] = False,
+    logprobs: Annotated[
+        int,
+        typer.Option(
+            "--logprobs",
+            min=0,
+            max=100,
+            help="With --json: each token's log-probability and the N most likely alternatives.",
+            rich_help_panel=o.OUTPUT,
+        ),
+    ] = 0,
 ) -> None:
     """Run one prompt and stream the answer.
 
@@ -63,12 +84,7 @@ def run(
 
       cat notes.txt | llmrun run "Summarize:" -t 0 --stats
     """
-    from llmrun.cli import render
-    from llmrun.config import load_registry
-    from llmrun.pipeline import plan_run
-    from llmrun.sysinfo import available_memory
-
-    sampling_flags = {
+    flags = {
         "temperature": temperature,
         "top_k": top_k,
         "top_p": top_p,
@@ -81,19 +97,33 @@ def run(
         "max_tokens": max_tokens,
         "stop": stop or None,
     }
-    load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}
     text = read_prompt(prompt)
     if not text.strip() and not show_params:
         raise UsageError(
             "no prompt given", 'pass it as an argument (llmrun run "Hello") or pipe it: echo Hello | llmrun run'
         )
+    run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}, force)
+    if show_params:
+        _show_params(run_plan.settings(), system, raw)
+        if not text.strip():
+            return
+    _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs))
+
+
+def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool) -> RunPlan:
+    """Plan a run behind a spinner; bad values are worded for their flags; warnings shown."""
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.pipeline import plan_run
+    from llmrun.sysinfo import available_memory
+
     registry = load_registry()
     try:
         with render.status("Preparing the model…"):
             run_plan = plan_run(
                 registry,
                 model,
-                sampling_flags,
+                sampling,
                 load_flags,
                 force=force,
                 available_memory=available_memory,
@@ -103,11 +133,7 @@ def run(
         raise o.flag_error(exc) from None
     for warning in run_plan.warnings:
         render.warn(warning)
-    if show_params:
-        _show_params(run_plan.settings(), system, raw)
-        if not text.strip():
-            return
-    _generate(run_plan, text, system, raw, stats, json_output)
+    return run_plan
 
 
 def _load_defaults() -> dict[str, int]:
@@ -129,29 +155,45 @@ def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: 
     render.table("Effective settings", ["setting", "value", "source"], rows)
 
 
-def _generate(run_plan: Any, text: str, system: str | None, raw: bool, stats: bool, json_output: bool) -> None:
+@dataclass(frozen=True, slots=True)
+class Output:
+    stats: bool
+    json: bool
+    show_probs: bool
+    logprobs: int
+
+
+def _generate(run_plan: RunPlan, text: str, system: str | None, raw: bool, output: Output) -> None:
+    import math
+
     from llmrun.backends.base import Done
     from llmrun.cli import render
     from llmrun.pipeline import chat_template, load, prompt_ids
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
-    printer = render.TokenPrinter()
+    printer = render.TokenPrinter(colour_by_probability=output.show_probs)
+    tokens: list[tuple[Token, bytes]] = []
     with render.status(f"Loading {run_plan.model.name}…") as spinner:
         model = load(run_plan)
         load_seconds = time.perf_counter() - started
-        spinner.update("Generating…" if json_output else "Reading the prompt…")
+        spinner.update("Generating…" if output.json else "Reading the prompt…")
         try:
             ids, prompt_format = prompt_ids(model, chat_template(run_plan), text, system, raw)
             done: Done | None = None
+            want = max(output.logprobs, 1 if output.show_probs else 0)
             try:
-                for event in model.stream(ids, run_plan.sampling):
+                for event in model.stream(ids, run_plan.sampling, logprobs=want):
                     if isinstance(event, Done):
                         done = event
-                    elif not json_output:
+                        continue
+                    if want and event.id >= 0:
+                        tokens.append((event, model.token_bytes(event.id)))
+                    if not output.json:
                         if not printer.wrote:
                             spinner.stop()
-                        printer.write(event.text)
+                        probability = math.exp(event.logprob) if event.logprob is not None else None
+                        printer.write(event.text, probability)
             except KeyboardInterrupt:
                 spinner.stop()
                 printer.finish()
@@ -161,14 +203,30 @@ def _generate(run_plan: Any, text: str, system: str | None, raw: bool, stats: bo
     printer.finish()
     assert done is not None
     report = _report(run_plan, done, load_seconds, prompt_format, peak_rss(), time.perf_counter() - started)
-    if json_output:
+    if output.logprobs:
+        report["logprobs"] = [_logprob_entry(token, data) for token, data in tokens]
+    if output.json:
         render.print_json(report)
-    if stats:
+    if output.show_probs and not output.json:
+        render.probability_legend()
+    if output.stats:
         _print_stats(report)
 
 
+def _logprob_entry(token: Token, data: bytes) -> dict[str, Any]:
+    def piece(data: bytes) -> dict[str, Any]:
+        return {"token": data.decode("utf-8", "replace"), "bytes": list(data)}
+
+    return {
+        "id": token.id,
+        **piece(data),
+        "logprob": token.logprob,
+        "top": [{"id": c.id, **piece(c.piece), "logprob": c.logprob} for c in token.top],
+    }
+
+
 def _report(
-    run_plan: Any, done: Any, load_seconds: float, prompt_format: str, peak: int, total: float
+    run_plan: RunPlan, done: Any, load_seconds: float, prompt_format: str, peak: int, total: float
 ) -> dict[str, Any]:
     s = done.stats
     return {

@@ -166,3 +166,22 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     plain = llmrun(["run", "-m", str(tmp_path / "none.gguf"), "hi"])
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
     assert plain.stderr.startswith("error: model file")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["tokenize"], 2, "no text given"),
+        (["next"], 2, "no text given"),
+        (["next", "hi", "--top", "0"], 2, "--top"),
+        (["next", "hi", "--top-p", "2"], 2, "--top-p must be in (0, 1]"),
+        (["show", "--ctx", "4"], 2, "--ctx must be an integer >= 16"),
+        (["bench", "-p", "0"], 2, "--n-prompt"),
+        (["bench", "--backend", "onnx"], 2, "choose from gguf"),
+        (["show", "no-such-model"], 1, "unknown model"),
+    ],
+)
+def test_inspection_commands_reject_bad_input_in_one_line(args: list[str], code: int, message: str) -> None:
+    exit_code, out, err = invoke(args, stdin="")
+    assert exit_code == code and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1, err

@@ -1,0 +1,79 @@
+"""llama-bench style measurements of a loaded model (the backend, not the renderer).
+
+pp: the prompt evaluated in batches, tokens per second; the first token's time
+(prefill plus reading the logits and choosing) is the time to first token.
+tg: tokens decoded one at a time, tokens per second. Each repetition starts from
+an empty KV cache, after one untimed warm-up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llmrun.backends.base import LoadedModel
+
+TEXT = (
+    "The history of the printing press begins in the fifteenth century, when movable type changed how "
+    "books were made, how ideas travelled and who could read them. "
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    median: float
+    stdev: float
+
+    @staticmethod
+    def of(values: Sequence[float]) -> Spread:
+        return Spread(statistics.median(values), statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    n_prompt: int
+    n_gen: int
+    repetitions: int
+    pp_tps: Spread
+    tg_tps: Spread
+    ttft_s: Spread
+    rss_bytes: int  # largest resident memory seen while the model ran
+
+
+def prompt_tokens(model: LoadedModel, n: int) -> list[int]:
+    """``n`` tokens of ordinary English (BOS first when the model uses one)."""
+    ids = model.tokenize(TEXT * (n // 20 + 2), add_bos=model.adds_bos)
+    return ids[:n]
+
+
+def run(
+    model: LoadedModel,
+    n_prompt: int,
+    n_gen: int,
+    repetitions: int,
+    memory: Callable[[], int],
+    progress: Callable[[int], None] | None = None,
+) -> BenchResult:
+    prompt = prompt_tokens(model, n_prompt)
+    pp, tg, ttft = [], [], []
+    peak = 0
+    for index in range(repetitions + 1):  # the first is the warm-up
+        start = time.perf_counter()
+        logits = model.logits(prompt)
+        first = int(logits.argmax())
+        prefill = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(n_gen):
+            model.eval([first])
+        decode = time.perf_counter() - start
+        peak = max(peak, memory())
+        if index:
+            pp.append(len(prompt) / prefill)
+            tg.append(n_gen / decode)
+            ttft.append(prefill)
+        if progress:
+            progress(index)
+    model.reset()
+    return BenchResult(len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak)

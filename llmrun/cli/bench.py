@@ -1,0 +1,136 @@
+"""``llmrun bench``: prompt processing and generation speed, llama-bench style."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Annotated, Any
+
+import typer
+
+from llmrun.backends.base import KV_TYPES
+from llmrun.cli import options as o
+from llmrun.errors import UsageError
+
+
+def bench(
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", "-m", help="Model to measure (repeatable). Default: the default model."),
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Backend (repeatable as a comma list).")] = "gguf",
+    n_prompt: Annotated[int, typer.Option("--n-prompt", "-p", min=1, help="Prompt tokens to process.")] = 512,
+    n_gen: Annotated[int, typer.Option("--n-gen", "-n", min=1, help="Tokens to generate.")] = 128,
+    repetitions: Annotated[
+        int, typer.Option("--repetitions", "-r", min=1, help="Timed repetitions (after one warm-up).")
+    ] = 5,
+    kv_type: Annotated[
+        str, typer.Option("--kv-type", help=f"KV cache types, comma separated ({', '.join(KV_TYPES)}).")
+    ] = "f16",
+    threads: o.ThreadsOpt = None,
+    json_output: o.JsonOpt = False,
+    csv_output: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+) -> None:
+    """Measure prompt processing (pp) and generation (tg) speed, time to first token and memory.
+
+    Medians and standard deviations over the repetitions, for each model × backend × KV type.
+
+    Example: llmrun bench -p 256 -n 64 -r 3 --kv-type f16,q8_0
+    """
+    from llmrun import backends, benchmark
+    from llmrun.backends.base import LoadParams
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.pipeline import locate
+
+    kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
+    backend_names = _choices(backend, backends.names(), "--backend")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
+    registry = load_registry()
+    rows: list[dict[str, Any]] = []
+    names: list[str | None] = list(model) if model else [None]
+    for name in names:
+        located = locate(registry, name)
+        for backend_name in backend_names:
+            for kv in kv_types:
+                params = LoadParams(
+                    n_ctx=max(n_prompt + n_gen + 16, 64),
+                    n_threads=threads or _default_threads(),
+                    n_gpu_layers=_default_gpu_layers(),
+                    kv_type=kv,
+                )
+                label = f"{located.model.name} · {backend_name} · KV {kv}"
+                with render.status(f"Loading {label}…") as spinner:
+                    loaded = backends.get(backend_name).load(located.model.path, params)
+                    try:
+                        result = benchmark.run(
+                            loaded,
+                            n_prompt,
+                            n_gen,
+                            repetitions,
+                            _rss,
+                            progress=lambda i, label=label, spinner=spinner: spinner.update(  # type: ignore[misc]
+                                f"{label}: run {i + 1} of {repetitions + 1}…"
+                            ),
+                        )
+                    finally:
+                        loaded.close()
+                rows.append(_row(located.model.name, backend_name, kv, params.n_threads, result))
+    if json_output:
+        render.print_json(rows)
+    elif csv_output:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        typer.echo(buffer.getvalue(), nl=False)
+    else:
+        render.bench_table(rows)
+
+
+def _choices(value: str, allowed: tuple[str, ...], flag: str) -> list[str]:
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in chosen if v not in allowed]
+    if bad or not chosen:
+        raise UsageError(
+            f"{flag} {value!r}: unknown value {bad[0] if bad else ''!r}", f"choose from {', '.join(allowed)}"
+        )
+    return chosen
+
+
+def _row(model: str, backend: str, kv: str, threads: int, result: Any) -> dict[str, Any]:
+    return {
+        "model": model,
+        "backend": backend,
+        "kv_type": kv,
+        "threads": threads,
+        "n_prompt": result.n_prompt,
+        "n_gen": result.n_gen,
+        "repetitions": result.repetitions,
+        "pp_tokens_per_s": round(result.pp_tps.median, 2),
+        "pp_stdev": round(result.pp_tps.stdev, 2),
+        "tg_tokens_per_s": round(result.tg_tps.median, 2),
+        "tg_stdev": round(result.tg_tps.stdev, 2),
+        "ttft_s": round(result.ttft_s.median, 4),
+        "ttft_stdev": round(result.ttft_s.stdev, 4),
+        "peak_rss_bytes": result.rss_bytes,
+    }
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def _default_threads() -> int:
+    from llmrun.sysinfo import default_threads
+
+    return default_threads()
+
+
+def _default_gpu_layers() -> int:
+    from llmrun.backends.gguf import gpu_offload_supported
+
+    return -1 if gpu_offload_supported() else 0

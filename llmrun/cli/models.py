@@ -1,0 +1,91 @@
+"""``llmrun show``: what a model is, and the memory it needs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from llmrun.backends.base import KV_TYPES
+from llmrun.cli import options as o
+from llmrun.errors import UsageError
+
+
+def show(
+    model: Annotated[str | None, typer.Argument(help="Model alias or .gguf path. Default: the default model.")] = None,
+    ctx: o.CtxOpt = None,
+    json_output: o.JsonOpt = False,
+) -> None:
+    """Architecture, size, tensor types, chat template, licence, and a memory plan.
+
+    The plan: weights + KV cache (for f16, q8_0 and q4_0 caches) + compute buffers,
+    against available memory, and the largest context that fits.
+
+    Example: llmrun show gemma3:270m --ctx 8192
+    """
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.memory import (
+        default_context,
+        geometry,
+        kv_cache_bytes,
+        largest_context,
+        parameter_count,
+        plan,
+        weights_by_type,
+    )
+    from llmrun.pipeline import locate
+    from llmrun.store import recorded_sha256
+    from llmrun.sysinfo import available_memory
+
+    if ctx is not None and ctx < 16:
+        raise UsageError(f"--ctx must be an integer >= 16, got {ctx}", "pass a larger context")
+    with render.status("Reading the model…"):
+        located = locate(load_registry(), model)
+    header, resolved = located.header, located.model
+    geom = geometry(header)
+    n_ctx = ctx or (resolved.entry.context if resolved.entry and resolved.entry.context else default_context(geom))
+    available = available_memory()
+    entry = resolved.entry
+    facts: dict[str, Any] = {
+        "name": resolved.name,
+        "path": str(resolved.path),
+        "file_size": header.file_size,
+        "sha256": recorded_sha256(resolved.path),
+        "architecture": header.architecture,
+        "model_name": header.metadata.get("general.name"),
+        "parameters": parameter_count(header),
+        "context_length": geom.context_train if geom else None,
+        "layers": geom.n_layers if geom else None,
+        "kv_heads": geom.n_kv_heads if geom else None,
+        "head_dim": geom.head_dim_k if geom else None,
+        "sliding_window": (
+            {"window": geom.sliding_window, "layers": geom.n_swa_layers} if geom and geom.sliding_window else None
+        ),
+        "vocabulary": geom.n_vocab if geom else None,
+        "chat_template": bool(header.chat_template or (entry and entry.template)),
+        "license": (entry.license if entry and entry.license else None) or header.metadata.get("general.license"),
+        "tensor_types": {name: {"tensors": c, "bytes": b} for name, (c, b) in weights_by_type(header).items()},
+    }
+    plans = {kv: plan(header, n_ctx, kv) for kv in KV_TYPES}
+    memory = {
+        "context": n_ctx,
+        "available_bytes": available,
+        "by_kv_type": {
+            kv: {
+                "weights_bytes": p.weight_bytes,
+                "kv_cache_bytes": p.kv_bytes,
+                "kv_cache_windowed_bytes": kv_cache_bytes(geom, n_ctx, kv, swa_full=False) if geom else None,
+                "compute_bytes": p.overhead_bytes,
+                "total_bytes": p.total_bytes,
+                "fits": p.total_bytes <= available,
+                "largest_context": largest_context(header, available, kv),
+            }
+            for kv, p in plans.items()
+        },
+    }
+    if json_output:
+        render.print_json({**facts, "memory_plan": memory})
+        return
+    render.model_facts(facts)
+    render.memory_plan(memory)
