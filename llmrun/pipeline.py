@@ -9,7 +9,7 @@ No printing here: warnings come back as data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -140,20 +140,32 @@ def chat_template(run_plan: RunPlan) -> str | None:
     return (entry.template if entry and entry.template else None) or run_plan.header.chat_template
 
 
-def prompt_ids(
-    model: LoadedModel, template: str | None, prompt: str, system: str | None, raw: bool
-) -> tuple[list[int], PromptFormat]:
-    """The prompt's tokens; user text is never read as special tokens."""
-    bos = model.bos_id
-    if raw or template is None:
-        text = f"{system}\n\n{prompt}" if system else prompt
-        return model.tokenize(text, special=False, add_bos=model.adds_bos), "plain"
-    messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-    bos_text = model.detokenize([bos], special=True) if bos is not None else ""
-    segments = render(template, messages, bos_token=bos_text, add_generation_prompt=True)
+def conversation_ids(
+    model: LoadedModel, template: str, messages: Sequence[Message], *, add_generation_prompt: bool = True
+) -> list[int]:
+    """A conversation rendered through ``template`` and tokenized; message text is never special."""
+    bos, eos = model.bos_id, model.eos_id
+    segments = render(
+        template,
+        messages,
+        bos_token=model.detokenize([bos], special=True) if bos is not None else "",
+        eos_token=model.detokenize([eos], special=True) if eos is not None else "",
+        add_generation_prompt=add_generation_prompt,
+    )
     ids: list[int] = []
     for segment in segments:
         ids += model.tokenize(segment.text, special=segment.special, add_bos=False)
     if model.adds_bos and bos is not None and ids[:1] != [bos]:
         ids.insert(0, bos)
-    return ids, "chat template"
+    return ids
+
+
+def prompt_ids(
+    model: LoadedModel, template: str | None, prompt: str, system: str | None, raw: bool
+) -> tuple[list[int], PromptFormat]:
+    """The prompt's tokens; user text is never read as special tokens."""
+    if raw or template is None:
+        text = f"{system}\n\n{prompt}" if system else prompt
+        return model.tokenize(text, special=False, add_bos=model.adds_bos), "plain"
+    messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
+    return conversation_ids(model, template, messages), "chat template"

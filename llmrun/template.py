@@ -147,3 +147,61 @@ def render(
     if any("\ue000" + nonce in s.text for s in segments if s.special):
         raise TemplateError("the chat template altered message contents", "use --raw")
     return segments
+
+
+# --- built-in templates ----------------------------------------------------------
+# For models whose GGUF carries no chat template (base models, old conversions), or when
+# the user names one with --template. Each renders the usual Hugging Face variables.
+
+_SYSTEM_INTO_FIRST_USER = (
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set system = messages[0]['content'] + '\\n\\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
+)
+
+BUILTIN_TEMPLATES: dict[str, str] = {
+    "gemma": (
+        "{{ bos_token }}" + _SYSTEM_INTO_FIRST_USER + "{% for m in turns %}"
+        "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else 'user' }}\n"
+        "{{ (system if loop.first else '') + m['content'] }}<end_of_turn>\n"
+        "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    ),
+    "chatml": (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    ),
+    "llama3": (
+        "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+        "{{ m['content'] }}<|eot_id|>{% endfor %}"
+        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+    ),
+    "mistral": (
+        "{{ bos_token }}" + _SYSTEM_INTO_FIRST_USER + "{% for m in turns %}"
+        "{% if m['role'] == 'user' %}[INST] {{ (system if loop.first else '') + m['content'] }} [/INST]"
+        "{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+    ),
+    "phi3": (
+        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    ),
+    "raw": "{% for m in messages %}{{ m['content'] }}\n\n{% endfor %}",
+}
+
+_BY_ARCHITECTURE = {
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3n": "gemma",
+    "llama": "llama3",
+    "qwen2": "chatml",
+    "qwen3": "chatml",
+    "qwen2moe": "chatml",
+    "qwen3moe": "chatml",
+    "phi3": "phi3",
+    "mistral": "mistral",
+}
+
+
+def builtin_for(architecture: str) -> str:
+    """The built-in template name for a model architecture (ChatML when unknown)."""
+    return _BY_ARCHITECTURE.get(architecture, "chatml")

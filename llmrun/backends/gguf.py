@@ -116,6 +116,11 @@ class GgufModel:
         return bos if bos >= 0 else None
 
     @property
+    def eos_id(self) -> int | None:
+        eos = int(self._llama.token_eos())
+        return eos if eos >= 0 else None
+
+    @property
     def adds_bos(self) -> bool:
         return bool(self._llama._model.add_bos_token())
 

@@ -99,9 +99,10 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import bench, inspect, models, run
+    from llmrun.cli import bench, chat, inspect, models, run
 
     app.command("run")(run.run)
+    app.command("chat")(chat.chat)
     app.command("tokenize")(inspect.tokenize)
     app.command("next")(inspect.next_token)
     app.command("show")(models.show)

@@ -314,3 +314,71 @@ def bench_table(rows: Sequence[dict[str, Any]]) -> None:
                 format_bytes(row["peak_rss_bytes"]) if key == "pp" else "",
             )
     Console(highlight=False).print(grid)
+
+
+class MarkdownStream:
+    """Markdown rendered as it streams, without redrawing the whole reply on every token.
+
+    Finished blocks (ended by a blank line outside a code fence) are printed once, for
+    good; only the block being written is redrawn in a Rich Live region. The cost of a
+    token is bounded by the size of its block, not of the reply: no flicker of earlier
+    text and no cost that grows with the square of the reply.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.current = ""
+        self.wrote = False
+        self._live: Any = None
+
+    def write(self, text: str, probability: float | None = None) -> None:
+        if not text:
+            return
+        self.wrote = True
+        self.current += text
+        while (end := block_end(self.current)) is not None:
+            block, self.current = self.current[:end], self.current[end:]
+            self._commit(block)
+        self._redraw()
+
+    def finish(self) -> None:
+        if self.current.strip():
+            self._commit(self.current)
+        self.current = ""
+        self._stop()
+
+    def _commit(self, block: str) -> None:
+        from rich.markdown import Markdown
+
+        self._stop()
+        if block.strip():
+            self.console.print(Markdown(block))
+
+    def _redraw(self) -> None:
+        from rich.live import Live
+        from rich.markdown import Markdown
+
+        if not self.current.strip():
+            return
+        if self._live is None:
+            self._live = Live(console=self.console, transient=True, auto_refresh=False)
+            self._live.start()
+        self._live.update(Markdown(self.current), refresh=True)
+
+    def _stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def block_end(text: str) -> int | None:
+    """Where the first complete Markdown block ends (after a blank line outside a code fence)."""
+    fence = False
+    position = 0
+    for line in text.splitlines(keepends=True):
+        position += len(line)
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        elif not fence and line.strip() == "" and line.endswith("\n") and text[: position - len(line)].strip():
+            return position
+    return None

@@ -1,0 +1,298 @@
+"""A chat conversation over a loaded model (no terminal I/O here).
+
+Each reply renders the whole conversation through the chat template and hands it
+to the backend, which keeps its KV cache between turns and evaluates only the
+tokens after the longest common prefix with what it already holds: the new user
+message, not the history. When the next turn would not fit the context, the
+oldest turns are dropped (the system prompt stays), or with ``on_overflow="error"``
+the turn is refused. Conversations save to and load from JSON, atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llmrun.backends.base import Done, GenerationStats, LoadedModel, Token
+from llmrun.errors import InvalidParameter, LlmrunError, StoreError, UsageError
+from llmrun.pipeline import conversation_ids
+from llmrun.sampling import SamplingParams
+from llmrun.store import atomic_write_text
+from llmrun.template import Message
+
+OnOverflow = Literal["drop", "error"]
+SAVE_VERSION = 1
+MAX_SAVED_BYTES = 8 * 1024 * 1024
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+PARAM_ALIASES = {"t": "temperature", "temp": "temperature", "n": "max_tokens", "ctx": "n_ctx"}
+
+
+class ContextFull(LlmrunError):
+    """The next turn cannot fit in the context."""
+
+
+@dataclass
+class Turn:
+    role: Literal["user", "assistant"]
+    content: str
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReport:
+    stats: GenerationStats | None  # None when interrupted
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens already in the KV cache from earlier turns
+    dropped_turns: int
+    interrupted: bool
+
+
+@dataclass
+class ChatSession:
+    model: LoadedModel
+    model_name: str
+    template: str
+    template_name: str
+    params: SamplingParams
+    system: str | None = None
+    on_overflow: OnOverflow = "drop"
+    turns: list[Turn] = field(default_factory=list)
+    last: TurnReport | None = None
+    _cached: list[int] = field(default_factory=list)
+
+    # --- conversation -----------------------------------------------------------
+    def messages(self, turns: list[Turn] | None = None) -> list[Message]:
+        head = [Message("system", self.system)] if self.system else []
+        return head + [Message(t.role, t.content) for t in (self.turns if turns is None else turns)]
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
+
+    @property
+    def context_used(self) -> int:
+        """Tokens the conversation occupies now (prompt and answers)."""
+        if not self.turns and not self.system:
+            return 0
+        return len(conversation_ids(self.model, self.template, self.messages(), add_generation_prompt=False))
+
+    def reply(self, text: str) -> Generator[Token | Done, None, None]:
+        """Add the user's message and stream the answer (kept in the history, even if cut short)."""
+        self.turns.append(Turn("user", text))
+        try:
+            ids, dropped = self._fit()
+        except ContextFull:
+            self.turns.pop()
+            raise
+        yield from self._generate(ids, dropped)
+
+    def retry(self) -> Generator[Token | Done, None, None]:
+        """Regenerate the last answer."""
+        if self.turns and self.turns[-1].role == "assistant":
+            self.turns.pop()
+        if not self.turns:
+            raise UsageError("nothing to retry yet", "send a message first")
+        ids, dropped = self._fit()
+        yield from self._generate(ids, dropped)
+
+    def clear(self) -> None:
+        self.turns.clear()
+        self.last = None
+
+    def _reserve(self) -> int:
+        wanted = self.params.max_tokens if self.params.max_tokens > 0 else 512
+        return max(1, min(wanted, self.n_ctx // 2))
+
+    def _fit(self) -> tuple[list[int], int]:
+        dropped = 0
+        while True:
+            ids = conversation_ids(self.model, self.template, self.messages())
+            if len(ids) + self._reserve() <= self.n_ctx:
+                return ids, dropped
+            if self.on_overflow == "error":
+                raise ContextFull(
+                    f"the conversation is {len(ids)} tokens and the answer needs room for {self._reserve()}, "
+                    f"but the context holds {self.n_ctx}",
+                    "/clear to start over, lower max_tokens with /set, or restart with a larger --ctx",
+                )
+            if len(self.turns) <= 1:
+                raise ContextFull(
+                    f"your message alone is {len(ids)} tokens; with room for the answer it does not fit "
+                    f"the {self.n_ctx}-token context",
+                    "shorten it, lower max_tokens with /set, or restart with a larger --ctx",
+                )
+            del self.turns[0]
+            if self.turns and self.turns[0].role == "assistant" and len(self.turns) > 1:
+                del self.turns[0]
+            dropped += 1
+
+    def _generate(self, ids: list[int], dropped: int) -> Generator[Token | Done, None, None]:
+        cached = _common_prefix(self._cached, ids)
+        parts: list[str] = []
+        generated: list[int] = []
+        done: Done | None = None
+        try:
+            for event in self.model.stream(ids, self.params):
+                if isinstance(event, Done):
+                    done = event
+                else:
+                    parts.append(event.text)
+                    if event.id >= 0:
+                        generated.append(event.id)
+                yield event
+        finally:
+            text = done.text if done else "".join(parts)
+            self.turns.append(Turn("assistant", text, interrupted=done is None))
+            self._cached = ids + generated
+            self.last = TurnReport(done.stats if done else None, len(ids), cached, dropped, done is None)
+
+    # --- settings ---------------------------------------------------------------
+    def set_param(self, name: str, value: str) -> tuple[str, Any]:
+        """``/set NAME VALUE`` with the same validation as the flags; returns the field and new value."""
+        key = PARAM_ALIASES.get(name.lower(), name.lower().replace("-", "_"))
+        fields = {f.name: f for f in dataclasses.fields(SamplingParams)}
+        if key not in fields:
+            import difflib
+
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"did you mean {close[0]}?" if close else f"parameters: {', '.join(fields)}"
+            raise UsageError(f"unknown parameter {name!r}", hint)
+        parsed = _parse_value(key, value, getattr(self.params, key))
+        try:
+            self.params = dataclasses.replace(self.params, **{key: parsed})
+        except InvalidParameter as exc:
+            raise exc.for_flag(f"/set {key}") from None
+        return key, getattr(self.params, key)
+
+    # --- files ------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": SAVE_VERSION,
+            "model": self.model_name,
+            "template": self.template_name,
+            "system": self.system,
+            "params": self.params.to_dict(),
+            "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "messages": [dataclasses.asdict(t) for t in self.turns],
+        }
+
+    def save(self, directory: Path, name: str) -> Path:
+        path = directory / f"{_check_name(name)}.json"
+        try:
+            atomic_write_text(path, json.dumps(self.to_json(), ensure_ascii=False, indent=2))
+        except OSError as exc:
+            raise StoreError(
+                f"cannot save the chat to {path}: {exc.strerror}", "check the disk and permissions"
+            ) from exc
+        return path
+
+    def load(self, directory: Path, name: str) -> dict[str, Any]:
+        """Replace the conversation with a saved one; returns the saved record."""
+        path = directory / f"{_check_name(name)}.json"
+        record = read_saved(path)
+        self.system = record["system"]
+        self.turns = [Turn(m["role"], m["content"], bool(m.get("interrupted", False))) for m in record["messages"]]
+        self.params = SamplingParams(**{k: v for k, v in record["params"].items()})
+        self.last = None
+        return record
+
+    def export_markdown(self, path: Path) -> Path:
+        lines = [f"# Chat with {self.model_name}", ""]
+        if self.system:
+            lines += [f"*System:* {self.system}", ""]
+        for turn in self.turns:
+            who = "You" if turn.role == "user" else self.model_name
+            note = " *(interrupted)*" if turn.interrupted else ""
+            lines += [f"**{who}:**{note}", "", turn.content.strip(), ""]
+        try:
+            atomic_write_text(path, "\n".join(lines))
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror}", "check the path and permissions") from exc
+        return path
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _check_name(name: str) -> str:
+    if not _NAME.match(name) or name.endswith(".json"):
+        raise UsageError(
+            f"{name!r} is not a valid chat name",
+            "use letters, digits, '.', '_' or '-' (up to 64, no paths), e.g. /save trip-plan",
+        )
+    return name
+
+
+def _parse_value(key: str, text: str, current: Any) -> Any:
+    text = text.strip()
+    if key == "stop":
+        return tuple(s for s in text.split("|") if s) if text else ()
+    if key == "seed" and text.lower() in ("none", "random", ""):
+        return None
+    try:
+        if isinstance(current, bool):
+            raise ValueError
+        if key in ("top_k", "repeat_last_n", "seed", "max_tokens"):
+            return int(text)
+        return float(text)
+    except ValueError:
+        kind = "an integer" if key in ("top_k", "repeat_last_n", "seed", "max_tokens") else "a number"
+        raise UsageError(f"/set {key} needs {kind}, got {text!r}", f"e.g. /set {key} 1") from None
+
+
+def read_saved(path: Path) -> dict[str, Any]:
+    """A saved chat, validated; a missing, oversized or malformed file is a clear error."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise UsageError(f"no saved chat named {path.stem!r}", "/load lists nothing yet; /save NAME first") from None
+    if size > MAX_SAVED_BYTES:
+        raise UsageError(f"{path} is {size:,} bytes, more than a chat file may be", "it is not a saved chat")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path} is not a valid saved chat: {exc}", "it was damaged or edited by hand") from None
+    problem = _schema_problem(record)
+    if problem:
+        raise UsageError(f"{path} is not a valid saved chat: {problem}", "it was damaged or edited by hand")
+    try:
+        SamplingParams(**record["params"])
+    except (InvalidParameter, TypeError) as exc:
+        raise UsageError(f"{path} is not a valid saved chat: bad params ({exc})", "it was edited by hand") from None
+    return dict(record)
+
+
+def _schema_problem(record: Any) -> str | None:
+    if not isinstance(record, dict) or record.get("version") != SAVE_VERSION:
+        return f"expected a version {SAVE_VERSION} chat object"
+    if not isinstance(record.get("system"), (str, type(None))) or not isinstance(record.get("params"), dict):
+        return "system or params have the wrong type"
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        return "messages is not a list"
+    for index, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ("user", "assistant")
+            or not isinstance(message.get("content"), str)
+        ):
+            return f"message {index} needs a role (user or assistant) and text content"
+    if "stop" in record["params"] and isinstance(record["params"]["stop"], list):
+        record["params"]["stop"] = tuple(record["params"]["stop"])
+    return None
+
+
+def list_saved(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.json")) if directory.is_dir() else []

@@ -1,0 +1,366 @@
+"""``llmrun chat``: an interactive conversation in the terminal."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable, Generator, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from llmrun.cli import options as o
+from llmrun.errors import LlmrunError, UsageError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import Done, Token
+    from llmrun.chat import ChatSession
+
+COMMANDS = {
+    "/help": "show this help",
+    "/set": "/set PARAM VALUE — change a sampling parameter (e.g. /set temperature 0.2)",
+    "/show": "/show params|model|template|system",
+    "/system": "/system TEXT — set the system prompt (empty to remove it)",
+    "/clear": "forget the conversation",
+    "/retry": "answer the last message again",
+    "/save": "/save NAME — keep this conversation",
+    "/load": "/load NAME — continue a saved conversation (no NAME: list them)",
+    "/export": "/export FILE.md — write a Markdown transcript",
+    "/stats": "timings of the last answer and the context used",
+    "/bye": "leave (also Ctrl-D)",
+}
+ALIASES = {"/exit": "/bye", "/quit": "/bye", "/?": "/help"}
+
+
+def chat(
+    model: o.ModelOpt = None,
+    system: o.SystemOpt = None,
+    template: Annotated[
+        str | None,
+        typer.Option(
+            "--template",
+            help="Chat template: gemma, chatml, llama3, mistral, phi3, raw. Default: the model's own, else by "
+            "architecture.",
+            rich_help_panel=o.SAMPLING,
+            show_default=False,
+        ),
+    ] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Render answers as Markdown while they stream.")] = False,
+    no_history: Annotated[bool, typer.Option("--no-history", help="Do not read or write the input history.")] = False,
+    on_overflow: Annotated[
+        str, typer.Option("--on-overflow", help="When the context is full: drop (oldest turns) or error.")
+    ] = "drop",
+    temperature: o.TemperatureOpt = None,
+    top_k: o.TopKOpt = None,
+    top_p: o.TopPOpt = None,
+    min_p: o.MinPOpt = None,
+    repeat_penalty: o.RepeatPenaltyOpt = None,
+    repeat_last_n: o.RepeatLastNOpt = None,
+    presence_penalty: o.PresencePenaltyOpt = None,
+    frequency_penalty: o.FrequencyPenaltyOpt = None,
+    seed: o.SeedOpt = None,
+    max_tokens: o.MaxTokensOpt = None,
+    stop: o.StopOpt = None,
+    ctx: o.CtxOpt = None,
+    threads: o.ThreadsOpt = None,
+    gpu_layers: o.GpuLayersOpt = None,
+    force: o.ForceOpt = False,
+) -> None:
+    """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
+
+    Input: Enter sends; Esc then Enter (or a \"\"\" block) adds lines. Piped stdin: one message per line.
+    """
+    from llmrun.chat import ChatSession
+    from llmrun.cli import render
+    from llmrun.cli.run import plan
+    from llmrun.pipeline import load
+    from llmrun.template import BUILTIN_TEMPLATES
+
+    if on_overflow not in ("drop", "error"):
+        raise UsageError(f"--on-overflow must be drop or error, got {on_overflow!r}", "e.g. --on-overflow error")
+    if template is not None and template not in BUILTIN_TEMPLATES:
+        raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
+    flags = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "repeat_penalty": repeat_penalty,
+        "repeat_last_n": repeat_last_n,
+        "presence_penalty": presence_penalty,
+        "frequency_penalty": frequency_penalty,
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "stop": stop or None,
+    }
+    run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}, force)
+    name, source = choose_template(template, run_plan)
+    with render.status(f"Loading {run_plan.model.name}…"):
+        loaded = load(run_plan)
+    session = ChatSession(
+        loaded,
+        run_plan.model.name,
+        source,
+        name,
+        run_plan.sampling,
+        system,
+        on_overflow,  # type: ignore[arg-type]
+    )
+    try:
+        repl = Repl(session, markdown=markdown)
+        if sys.stdin is not None and sys.stdin.isatty():
+            repl.interactive(history=None if no_history else history_path())
+        else:
+            repl.lines(sys.stdin or [])
+    finally:
+        loaded.close()
+
+
+def choose_template(name: str | None, run_plan: Any) -> tuple[str, str]:
+    """(name, source): --template, else the model's own, else the built-in for its architecture."""
+    from llmrun.pipeline import chat_template
+    from llmrun.template import BUILTIN_TEMPLATES, builtin_for
+
+    if name:
+        return name, BUILTIN_TEMPLATES[name]
+    own = chat_template(run_plan)
+    if own:
+        return "the model's own", own
+    fallback = builtin_for(run_plan.header.architecture)
+    return f"{fallback} (built in; the model has none)", BUILTIN_TEMPLATES[fallback]
+
+
+def history_path() -> Path:
+    from llmrun.config import home_dir
+
+    return home_dir() / "chat_history"
+
+
+def chats_dir() -> Path:
+    from llmrun.config import home_dir
+
+    return home_dir() / "chats"
+
+
+class Repl:
+    """Reads lines, runs slash commands, streams answers. ``handle`` is the whole behaviour."""
+
+    def __init__(self, session: ChatSession, *, markdown: bool = False) -> None:
+        from rich.console import Console
+
+        self.session = session
+        self.markdown = markdown
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.used = 0
+
+    # --- input loops ---------------------------------------------------------------
+    def interactive(self, history: Path | None, **prompt_args: Any) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.completion import WordCompleter
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings
+
+        bindings = KeyBindings()
+
+        @bindings.add("escape", "enter")
+        def _newline(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        if history is not None:
+            history.parent.mkdir(parents=True, exist_ok=True)
+        prompt: PromptSession[str] = PromptSession(
+            history=FileHistory(str(history)) if history is not None else InMemoryHistory(),
+            completer=WordCompleter([*COMMANDS, *ALIASES], sentence=True),
+            complete_while_typing=False,
+            key_bindings=bindings,
+            bottom_toolbar=self.toolbar,
+            **prompt_args,
+        )
+        self.note(f"Chatting with {self.session.model_name}. /help for commands, Ctrl-D or /bye to leave.")
+        while True:
+            try:
+                line = prompt.prompt(">>> ")
+                if line.lstrip().startswith('"""'):
+                    line = self._block(line, lambda: prompt.prompt("... "))
+            except KeyboardInterrupt:
+                self.note("(Ctrl-C stops an answer; to leave, use /bye or Ctrl-D)")
+                continue
+            except EOFError:
+                break
+            if not self.handle(line):
+                break
+
+    def lines(self, source: Iterable[str]) -> None:
+        """Non-interactive: each line of ``source`` is a message or a command."""
+        iterator = iter(source)
+        for raw in iterator:
+            line = raw.rstrip("\n")
+            if line.lstrip().startswith('"""'):
+                line = self._block(line, lambda: next(iterator).rstrip("\n"))
+            if not self.handle(line):
+                break
+
+    @staticmethod
+    def _block(first: str, more: Callable[[], str]) -> str:
+        """A \"\"\"-delimited multi-line message."""
+        body = first.lstrip()[3:]
+        lines = []
+        while not body.rstrip().endswith('"""'):
+            lines.append(body)
+            try:
+                body = more()
+            except StopIteration:
+                return "\n".join(lines)
+        lines.append(body.rstrip()[:-3])
+        return "\n".join(lines).strip("\n")
+
+    # --- one line ------------------------------------------------------------------
+    def handle(self, line: str) -> bool:
+        """Run one line; False when the user wants to leave."""
+        text = line.strip()
+        if not text:
+            return True
+        try:
+            if text.startswith("/") and not text.startswith("//"):
+                return self.command(text)
+            self.stream(lambda: self.session.reply(text[1:] if text.startswith("//") else line.strip("\n")))
+        except LlmrunError as exc:
+            from llmrun.cli import render
+
+            render.error(exc.message, exc.hint)
+        return True
+
+    def command(self, text: str) -> bool:
+        word, _, rest = text.partition(" ")
+        word = ALIASES.get(word.lower(), word.lower())
+        rest = rest.strip()
+        s = self.session
+        if word == "/bye":
+            return False
+        if word == "/help":
+            for name, help_text in COMMANDS.items():
+                self.out.print(f"[bold]{name:8}[/bold] {help_text}")
+            self.out.print(
+                '[dim]Esc Enter or a """ block for several lines; //text sends text that starts with /[/dim]'
+            )
+        elif word == "/set":
+            name, _, value = rest.partition(" ")
+            if not name or not value.strip():
+                raise UsageError("/set needs a parameter and a value", "e.g. /set temperature 0.2")
+            key, new = s.set_param(name, value)
+            self.note(f"{key} = {new!r}")
+        elif word == "/show":
+            self.show(rest or "params")
+        elif word == "/system":
+            s.system = rest or None
+            self.note("system prompt removed" if not rest else "system prompt set")
+        elif word == "/clear":
+            s.clear()
+            self.used = 0
+            self.note("conversation cleared")
+        elif word == "/retry":
+            self.stream(s.retry)
+        elif word == "/save":
+            if not rest:
+                raise UsageError("/save needs a name", "e.g. /save trip-plan")
+            self.note(f"saved to {s.save(chats_dir(), rest)}")
+        elif word == "/load":
+            self.load(rest)
+        elif word == "/export":
+            if not rest:
+                raise UsageError("/export needs a file name", "e.g. /export chat.md")
+            self.note(f"wrote {s.export_markdown(Path(rest).expanduser())}")
+        elif word == "/stats":
+            self.stats()
+        else:
+            close = difflib.get_close_matches(word, [*COMMANDS, *ALIASES], n=1)
+            raise UsageError(f"unknown command {word}", f"did you mean {close[0]}?" if close else "/help lists them")
+        return True
+
+    # --- answers -------------------------------------------------------------------
+    def stream(self, start: Callable[[], Generator[Token | Done, None, None]]) -> None:
+        from llmrun.backends.base import Done
+        from llmrun.cli import render
+
+        markdown = self.markdown and self.out.is_terminal
+        printer: render.TokenPrinter | render.MarkdownStream = (
+            render.MarkdownStream() if markdown else render.TokenPrinter()
+        )
+        events = start()
+        try:
+            with render.status("Thinking…") as spinner:
+                for event in events:
+                    if isinstance(event, Done):
+                        continue
+                    if event.text and not printer.wrote:
+                        spinner.stop()
+                    printer.write(event.text)
+        except KeyboardInterrupt:
+            events.close()
+            printer.finish()
+            self.note("[interrupted; the partial answer is kept]")
+        else:
+            printer.finish()
+        report = self.session.last
+        if report and report.dropped_turns:
+            self.note(f"[dropped the {report.dropped_turns} oldest turn(s) to fit the context]")
+        if report and report.stats and report.stats.finish_reason == "context":
+            self.note("[the answer filled the context and was cut]")
+        self.used = self.session.context_used
+
+    # --- views ---------------------------------------------------------------------
+    def toolbar(self) -> str:
+        s = self.session
+        share = self.used / s.n_ctx if s.n_ctx else 0.0
+        temp = "greedy" if s.params.greedy else f"T={s.params.temperature:g}"
+        return f" {s.model_name} · context {self.used:,}/{s.n_ctx:,} ({share:.0%}) · {temp} · /help "
+
+    def show(self, what: str) -> None:
+        s = self.session
+        if what == "params":
+            for key, value in s.params.to_dict().items():
+                self.out.print(f"{key:18} {value!r}")
+        elif what == "model":
+            self.out.print(f"{s.model_name}  ({s.model.path}, context {s.n_ctx:,} tokens)")
+        elif what == "template":
+            self.out.print(f"[dim]{s.template_name}[/dim]")
+            self.out.print(s.template, markup=False)
+        elif what == "system":
+            self.out.print(s.system if s.system else "[dim](no system prompt)[/dim]")
+        else:
+            raise UsageError(f"/show {what}: unknown", "/show params, /show model, /show template or /show system")
+
+    def stats(self) -> None:
+        report = self.session.last
+        lines = [f"context used  {self.session.context_used:,} of {self.session.n_ctx:,} tokens"]
+        if report is None:
+            lines.insert(0, "no answer yet")
+        elif report.stats is None:
+            lines.insert(0, "the last answer was interrupted")
+        else:
+            st = report.stats
+            lines[:0] = [
+                f"prompt        {report.prompt_tokens} tokens ({report.cached_tokens} reused from the KV cache)",
+                f"first token   {st.prompt_seconds:.3f} s",
+                f"generated     {st.generated_tokens} tokens, {st.generation_tps:.1f} tok/s",
+                f"stop reason   {st.finish_reason}",
+            ]
+        for line in lines:
+            self.out.print(line, style="dim", markup=False)
+
+    def load(self, name: str) -> None:
+        from llmrun.chat import list_saved
+
+        if not name:
+            saved = list_saved(chats_dir())
+            self.note("saved chats: " + (", ".join(saved) if saved else "none yet (/save NAME)"))
+            return
+        record = self.session.load(chats_dir(), name)
+        if record["model"] != self.session.model_name:
+            self.note(f"[this chat was with {record['model']}; continuing with {self.session.model_name}]")
+        self.used = self.session.context_used
+        self.note(f"loaded {name}: {len(self.session.turns)} messages")
+
+    def note(self, text: str) -> None:
+        self.out.print(text, style="dim", markup=False)
