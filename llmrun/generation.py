@@ -1,10 +1,11 @@
 """The backend-independent half of the generation loop.
 
 A backend supplies the sampled token ids (its forward pass, KV cache and
-sampler); :func:`assemble` turns them into printable :class:`Token` events and a
-final :class:`Done`: it decodes UTF-8 safely across tokens, cuts at stop strings,
-stops at end-of-generation tokens, ``max_tokens`` and the context limit, and
-times prefill and decode. Every backend shares it, so they stop and count alike.
+sampler); an :class:`Assembler` turns them into printable :class:`Token` events
+and a final :class:`Done`: it decodes UTF-8 safely across tokens, cuts at stop
+strings, stops at end-of-generation tokens, ``max_tokens`` and the context limit,
+and times prefill and decode. Every backend, and batch generation, shares it, so
+they stop and count alike.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats,
 from llmrun.errors import UsageError
 from llmrun.sampling import SamplingParams
 from llmrun.textstream import StopMatcher, Utf8Stream
+
+Scorer = Callable[[int], tuple[float, tuple[Candidate, ...]]]
 
 
 def token_budget(prompt_tokens: int, n_ctx: int, params: SamplingParams) -> tuple[int, FinishReason]:
@@ -31,6 +34,69 @@ def token_budget(prompt_tokens: int, n_ctx: int, params: SamplingParams) -> tupl
     return params.max_tokens, "length"
 
 
+class Assembler:
+    """Turns one sequence's sampled token ids into text, push by push."""
+
+    def __init__(
+        self,
+        piece: Callable[[int], bytes],
+        is_end: Callable[[int], bool],
+        *,
+        prompt_tokens: int,
+        n_ctx: int,
+        params: SamplingParams,
+        seed: int | None,
+    ) -> None:
+        self.limit, self._limit_reason = token_budget(prompt_tokens, n_ctx, params)
+        self._piece = piece
+        self._is_end = is_end
+        self._utf8 = Utf8Stream()
+        self._stops = StopMatcher(params.stop)
+        self._parts: list[str] = []
+        self.prompt_tokens = prompt_tokens
+        self.seed = seed
+        self.generated = 0
+        self.finish: FinishReason | None = None
+        self.started = time.perf_counter()
+        self.first = self.last = self.started
+
+    def push(self, token_id: int, score: Scorer | None = None) -> Token | None:
+        """Account for one sampled token; the Token to show, or None when it ended generation."""
+        self.last = time.perf_counter()
+        if self.generated == 0:
+            self.first = self.last
+        self.generated += 1
+        if self._is_end(token_id):
+            self.finish = "eos"
+            return None
+        text = self._stops.feed(self._utf8.feed(self._piece(token_id)))
+        self._parts.append(text)
+        if self._stops.stopped_by is not None:
+            self.finish = "stop"
+        elif self.generated >= self.limit:
+            self.finish = self._limit_reason
+        if score is None:
+            return Token(token_id, text)
+        logprob, top = score(token_id)
+        return Token(token_id, text, logprob, top)
+
+    def close(self) -> tuple[Token | None, Done]:
+        """End of the sequence: the held-back tail (if any) and the final statistics."""
+        tail = self._stops.feed(self._utf8.finish()) + self._stops.flush()
+        if tail:
+            self._parts.append(tail)
+        stats = GenerationStats(
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated,
+            prompt_seconds=self.first - self.started,
+            generation_seconds=self.last - self.first,
+            finish_reason=self.finish or self._limit_reason,
+            seed=self.seed,
+            stop_string=self._stops.stopped_by,
+        )
+        return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
+
+
 def assemble(
     sampled: Iterator[int],
     piece: Callable[[int], bytes],
@@ -40,54 +106,26 @@ def assemble(
     n_ctx: int,
     params: SamplingParams,
     seed: int | None,
-    score: Callable[[int], tuple[float, tuple[Candidate, ...]]] | None = None,
+    score: Scorer | None = None,
 ) -> Iterator[Token | Done]:
-    """``score(token_id)`` (when given) is called as each token arrives, before the
-    backend moves on, and returns its log-probability and the top alternatives."""
-    limit, limit_reason = token_budget(prompt_tokens, n_ctx, params)
-    utf8 = Utf8Stream()
-    stops = StopMatcher(params.stop)
-    parts: list[str] = []
-    finish: FinishReason = limit_reason
-    generated = 0
-    start = time.perf_counter()
-    first = last = start
+    """Drive an :class:`Assembler` from a backend's token iterator.
+
+    ``score(token_id)`` (when given) is called as each token arrives, before the
+    backend moves on, and returns its log-probability and the top alternatives.
+    """
+    assembler = Assembler(piece, is_end, prompt_tokens=prompt_tokens, n_ctx=n_ctx, params=params, seed=seed)
     try:
         for token_id in sampled:
-            last = time.perf_counter()
-            if generated == 0:
-                first = last
-            generated += 1
-            if is_end(token_id):
-                finish = "eos"
-                break
-            text = stops.feed(utf8.feed(piece(token_id)))
-            parts.append(text)
-            if score is None:
-                yield Token(token_id, text)
-            else:
-                logprob, top = score(token_id)
-                yield Token(token_id, text, logprob, top)
-            if stops.stopped_by is not None:
-                finish = "stop"
-                break
-            if generated >= limit:
+            token = assembler.push(token_id, score)
+            if token is not None:
+                yield token
+            if assembler.finish is not None:
                 break
     finally:
         close = getattr(sampled, "close", None)
         if close is not None:
             close()
-    tail = stops.feed(utf8.finish()) + stops.flush()
-    if tail:
-        parts.append(tail)
-        yield Token(-1, tail)
-    stats = GenerationStats(
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated,
-        prompt_seconds=first - start,
-        generation_seconds=last - first,
-        finish_reason=finish,
-        seed=seed,
-        stop_string=stops.stopped_by,
-    )
-    yield Done("".join(parts), stats)
+    tail, done = assembler.close()
+    if tail is not None:
+        yield tail
+    yield done

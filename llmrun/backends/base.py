@@ -8,7 +8,7 @@ one :class:`Done` carrying the statistics. Stats travel with the stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -97,6 +97,20 @@ class Done:
     stats: GenerationStats
 
 
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    index: int  # the caller's key, returned with the outcome
+    ids: list[int]
+    params: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    index: int
+    done: Done | None  # None when the request failed
+    error: str | None = None
+
+
 class LoadedModel(Protocol):
     path: Path
     n_ctx: int
@@ -119,6 +133,10 @@ class LoadedModel(Protocol):
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]: ...
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]: ...
+
+    def generate_batch(
+        self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
+    ) -> Iterator[BatchOutcome]: ...
 
     # the forward pass by itself, for benchmarks: clear the KV cache, append tokens to it
     def reset(self) -> None: ...

@@ -11,11 +11,11 @@ import contextlib
 import ctypes
 import logging
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import Candidate, Done, LoadParams, Token
+from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
 from llmrun.errors import BackendError
 from llmrun.generation import assemble
 from llmrun.sampling import MAX_SEED, SamplingParams, log_softmax, top_indices
@@ -61,6 +61,24 @@ def _route_llama_logs() -> None:
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
+def sampler_chain(params: SamplingParams, seed: int, n_vocab: int, window: int) -> Any:
+    """A llama.cpp sampler chain for ``params``, as ``Llama.generate`` builds it from
+    :func:`sampler_kwargs` (penalties → greedy, or top-k → top-p → min-p → temperature → draw)."""
+    from llama_cpp import _internals as internals
+
+    chain = internals.LlamaSampler()
+    chain.add_penalties(n_vocab, window, params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+    if params.greedy:
+        chain.add_greedy()
+    else:
+        chain.add_top_k(params.top_k)
+        chain.add_top_p(params.top_p, 1)
+        chain.add_min_p(params.min_p, 1)
+        chain.add_temp(params.temperature)
+        chain.add_dist(seed)
+    return chain
+
+
 def gpu_offload_supported() -> bool:
     import llama_cpp
 
@@ -70,15 +88,17 @@ def gpu_offload_supported() -> bool:
 class GgufModel:
     """A loaded GGUF model; implements :class:`llmrun.backends.base.LoadedModel`."""
 
-    def __init__(self, llama: Any, path: Path, n_ctx: int) -> None:
+    def __init__(self, llama: Any, path: Path, params: LoadParams) -> None:
         import llama_cpp
 
         self._llama = llama
+        self.llama = llama  # for the batch engine, which builds its own context on the same weights
+        self.load_params = params
         self._lib = llama_cpp
         self._vocab = llama._model.vocab
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self.path = path
-        self.n_ctx = n_ctx
+        self.n_ctx = params.n_ctx
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -160,6 +180,12 @@ class GgufModel:
         n_vocab = int(self._llama.n_vocab())
         return np.ctypeslib.as_array(self._llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
 
+    def generate_batch(self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int) -> Iterator[BatchOutcome]:
+        """Continuous batching (see :mod:`llmrun.backends.gguf_batch`); outcomes as they finish."""
+        from llmrun.backends import gguf_batch
+
+        return gguf_batch.generate(self, requests, parallel, n_ctx_seq)
+
     def reset(self) -> None:
         self._llama.reset()
 
@@ -216,4 +242,4 @@ class GgufBackend:
                 "the file may be corrupt or use an architecture this llama.cpp build does not know; "
                 "try --debug, or update llama-cpp-python",
             ) from exc
-        return GgufModel(llama, path, params.n_ctx)
+        return GgufModel(llama, path, params)

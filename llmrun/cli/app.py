@@ -99,10 +99,11 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import bench, chat, inspect, models, run
+    from llmrun.cli import batch, bench, chat, inspect, models, run
 
     app.command("run")(run.run)
     app.command("chat")(chat.chat)
+    app.command("batch")(batch.batch)
     app.command("tokenize")(inspect.tokenize)
     app.command("next")(inspect.next_token)
     app.command("show")(models.show)

@@ -382,3 +382,34 @@ def block_end(text: str) -> int | None:
         elif not fence and line.strip() == "" and line.endswith("\n") and text[: position - len(line)].strip():
             return position
     return None
+
+
+@contextmanager
+def batch_progress(total: int) -> Iterator[Any]:
+    """A progress bar on stderr (prompts done, aggregate tokens/s); plain lines when not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = err_console()
+    if not console.is_terminal:
+        step = max(1, total // 10)
+
+        def plain(done: int, tps: float) -> None:
+            if done % step == 0 or done == total:
+                console.print(f"{done}/{total} prompts, {tps:.1f} tok/s", highlight=False)
+
+        yield plain
+        return
+    columns = (
+        TextColumn("[dim]batch"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[tps]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("batch", total=total, tps="")
+
+        def update(done: int, tps: float) -> None:
+            bar.update(task, completed=done, tps=f"{tps:.1f} tok/s")
+
+        yield update
