@@ -185,3 +185,16 @@ def test_inspection_commands_reject_bad_input_in_one_line(args: list[str], code:
     exit_code, out, err = invoke(args, stdin="")
     assert exit_code == code and out == ""
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_batch_input_problems_are_one_line(tmp_path: Path) -> None:
+    code, _, err = invoke(["batch", str(tmp_path / "missing.txt")])
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    code, _, err = invoke(["batch", str(empty)])
+    assert code == 2 and "has no prompts" in err
+    code, _, err = invoke(["batch", "-"], stdin='{"prompt": 1}\n')
+    assert code == 2 and "has no prompts" in err and "needs either" in err
+    code, _, err = invoke(["batch", str(tmp_path)])
+    assert code == 2 and "is a directory" in err
