@@ -82,11 +82,7 @@ def batch(
     todo = [item for item in items if item.id not in done_ids]
     if done_ids:
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
-    flags = {
-        "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
-        "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n, "presence_penalty": presence_penalty,
-        "frequency_penalty": frequency_penalty, "seed": seed, "max_tokens": max_tokens, "stop": stop or None,
-    }  # fmt: skip
+    flags = o.sampling_values(locals())
     run_plan = plan(model, flags, {"n_ctx": ctx or 2048, "n_threads": threads, "n_gpu_layers": None}, force)
     _check_memory(run_plan, parallel, force)
     if not todo:

@@ -81,19 +81,7 @@ def chat(
         raise UsageError(f"--on-overflow must be drop or error, got {on_overflow!r}", "e.g. --on-overflow error")
     if template is not None and template not in BUILTIN_TEMPLATES:
         raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
-    flags = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "repeat_penalty": repeat_penalty,
-        "repeat_last_n": repeat_last_n,
-        "presence_penalty": presence_penalty,
-        "frequency_penalty": frequency_penalty,
-        "seed": seed,
-        "max_tokens": max_tokens,
-        "stop": stop or None,
-    }
+    flags = o.sampling_values(locals())
     run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}, force)
     name, source = choose_template(template, run_plan)
     with render.status(f"Loading {run_plan.model.name}…"):

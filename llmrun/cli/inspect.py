@@ -99,7 +99,7 @@ def next_token(
     from llmrun.pipeline import chat_template, load, prompt_ids
 
     text = _text_or_error(prompt, "next")
-    flags = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+    flags = o.sampling_values(locals())
     run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}, force)
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)

@@ -7,12 +7,14 @@ help come from :data:`llmrun.sampling.DEFAULTS`, their only home.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Annotated, Any
 
 import typer
 
 from llmrun.errors import InvalidParameter, UsageError
-from llmrun.sampling import DEFAULTS
+from llmrun.sampling import DEFAULTS, SamplingParams
 
 SAMPLING = "Sampling"
 LOADING = "Model and context"
@@ -34,6 +36,20 @@ FLAG_FOR_FIELD = {
     "n_threads": "--threads",
     "n_gpu_layers": "--gpu-layers",
 }
+
+
+SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
+
+
+def sampling_values(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling options a command was given, by field name (None: not given).
+
+    Commands pass ``locals()``: their parameters are named after the fields.
+    """
+    values = {name: arguments[name] for name in SAMPLING_FIELDS if name in arguments}
+    if "stop" in values:
+        values["stop"] = values["stop"] or None  # an empty --stop list means "not given"
+    return values
 
 
 def flag_error(exc: InvalidParameter) -> UsageError:

@@ -84,19 +84,7 @@ def run(
 
       cat notes.txt | llmrun run "Summarize:" -t 0 --stats
     """
-    flags = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "repeat_penalty": repeat_penalty,
-        "repeat_last_n": repeat_last_n,
-        "presence_penalty": presence_penalty,
-        "frequency_penalty": frequency_penalty,
-        "seed": seed,
-        "max_tokens": max_tokens,
-        "stop": stop or None,
-    }
+    flags = o.sampling_values(locals())
     text = read_prompt(prompt)
     if not text.strip() and not show_params:
         raise UsageError(
