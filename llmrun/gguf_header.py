@@ -234,7 +234,7 @@ def read_header(path: Path) -> GgufHeader:
     except IsADirectoryError as exc:
         raise ModelFileError(
             f"{path} is a directory, not a GGUF file",
-            "pass the .gguf file inside it (MLX model directories need --backend mlx)",
+            "pass the .gguf file inside it (MLX model directories are not supported by this version)",
         ) from exc
     except PermissionError as exc:
         raise ModelFileError(f"cannot read {path}: permission denied", "check its permissions") from exc

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from llmrun import backends
 from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.config import Registry, default_model_name
-from llmrun.errors import InsufficientMemory
+from llmrun.errors import InsufficientMemory, LlmrunError
 from llmrun.gguf_header import GgufHeader, check_loadable, read_header
 from llmrun.memory import MemoryPlan, default_context, format_bytes, geometry, plan
 from llmrun.refs import ModelRef
@@ -42,8 +42,15 @@ def locate(registry: Registry, model_name: str | None, progress: Callable[[int],
         name, source = model_name, COMMAND_LINE
     else:
         name, source = default_model_name(registry)
-    resolved = resolve(ModelRef.parse(name), registry, progress)
-    return Located(resolved, source, read_header(resolved.path))
+    try:
+        resolved = resolve(ModelRef.parse(name), registry, progress)
+        return Located(resolved, source, read_header(resolved.path))
+    except LlmrunError as exc:
+        if source == COMMAND_LINE:
+            raise
+        exc.message = f"{exc.message} (the default model, set by {source})"  # a name the user did not type
+        exc.args = (exc.message,)
+        raise
 
 
 @dataclass(frozen=True, slots=True)

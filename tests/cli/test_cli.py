@@ -198,3 +198,9 @@ def test_batch_input_problems_are_one_line(tmp_path: Path) -> None:
     assert code == 2 and "has no prompts" in err and "needs either" in err
     code, _, err = invoke(["batch", str(tmp_path)])
     assert code == 2 and "is a directory" in err
+
+
+def test_a_bad_default_model_says_where_it_was_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMRUN_MODEL", "nope")
+    code, _, err = invoke(["run", "hi"])
+    assert code == 1 and "unknown model 'nope' (the default model, set by LLMRUN_MODEL)" in err
