@@ -20,10 +20,12 @@ if TYPE_CHECKING:
 def read_prompt(argument: str | None) -> str:
     """The prompt from the argument, stdin, or both (``cat notes | llmrun run "Summarize:"``).
 
-    Piped stdin is read whenever stdin is not a terminal; trailing newlines are dropped.
+    Piped stdin is read whenever stdin is not a terminal, and a terminal when the
+    argument is '-' (type, then Ctrl-D); trailing newlines are dropped.
     """
     stdin = sys.stdin
-    piped = stdin.read().rstrip("\n") if stdin is not None and not stdin.isatty() else ""
+    wanted = stdin is not None and (argument == "-" or not stdin.isatty())
+    piped = stdin.read().rstrip("\n") if wanted and stdin is not None else ""
     if argument in (None, "-"):
         return piped
     if piped.strip():
@@ -85,6 +87,10 @@ def run(
       cat notes.txt | llmrun run "Summarize:" -t 0 --stats
     """
     flags = o.sampling_values(locals())
+    if logprobs and not json_output:
+        raise UsageError(
+            "--logprobs goes with --json", "add --json, or use --show-probs to see probabilities as colours"
+        )
     text = read_prompt(prompt)
     if not text.strip() and not show_params:
         raise UsageError(

@@ -101,6 +101,11 @@ def test_unknown_command_gets_one_line() -> None:
     assert code == 2 and "No such command" in err and len(err.strip().splitlines()) == 1
 
 
+def test_logprobs_without_json_is_refused() -> None:
+    code, _, err = invoke(["run", "--logprobs", "3", "hi"])
+    assert code == 2 and "--logprobs goes with --json" in err
+
+
 def test_missing_prompt_is_a_usage_error() -> None:
     code, _, err = invoke(["run"], stdin="")
     assert code == 2 and "no prompt given" in err
