@@ -91,8 +91,7 @@ class GgufModel:
     def __init__(self, llama: Any, path: Path, params: LoadParams) -> None:
         import llama_cpp
 
-        self._llama = llama
-        self.llama = llama  # for the batch engine, which builds its own context on the same weights
+        self.llama = llama  # the batch engine builds its own context on these weights
         self.load_params = params
         self._lib = llama_cpp
         self._vocab = llama._model.vocab
@@ -102,7 +101,7 @@ class GgufModel:
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
-        ids: list[int] = self._llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        ids: list[int] = self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
         return ids
 
     def piece(self, token_id: int, special: bool = False) -> bytes:
@@ -132,27 +131,27 @@ class GgufModel:
 
     @property
     def bos_id(self) -> int | None:
-        bos = int(self._llama.token_bos())
+        bos = int(self.llama.token_bos())
         return bos if bos >= 0 else None
 
     @property
     def eos_id(self) -> int | None:
-        eos = int(self._llama.token_eos())
+        eos = int(self.llama.token_eos())
         return eos if eos >= 0 else None
 
     @property
     def adds_bos(self) -> bool:
-        return bool(self._llama._model.add_bos_token())
+        return bool(self.llama._model.add_bos_token())
 
     # --- generation -----------------------------------------------------------
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
         seed = None if params.greedy else params.seed
         if seed is None and not params.greedy:
             seed = secrets.randbelow(MAX_SEED + 1)
-        self._llama.set_seed(seed if seed is not None else 0)
+        self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
-        self._llama.last_n_tokens_size = self.n_ctx if window == -1 else window
-        sampled = self._llama.generate(list(ids), reset=True, **sampler_kwargs(params))
+        self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window
+        sampled = self.llama.generate(list(ids), reset=True, **sampler_kwargs(params))
         yield from assemble(
             sampled,
             self.piece,
@@ -177,8 +176,8 @@ class GgufModel:
     def _last_logits(self) -> npt.NDArray[np.float32]:
         import numpy as np
 
-        n_vocab = int(self._llama.n_vocab())
-        return np.ctypeslib.as_array(self._llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
+        n_vocab = int(self.llama.n_vocab())
+        return np.ctypeslib.as_array(self.llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
 
     def generate_batch(self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int) -> Iterator[BatchOutcome]:
         """Continuous batching (see :mod:`llmrun.backends.gguf_batch`); outcomes as they finish."""
@@ -187,15 +186,15 @@ class GgufModel:
         return gguf_batch.generate(self, requests, parallel, n_ctx_seq)
 
     def reset(self) -> None:
-        self._llama.reset()
+        self.llama.reset()
 
     def eval(self, ids: Sequence[int]) -> None:
-        if self._llama.n_tokens + len(ids) > self.n_ctx:
+        if self.llama.n_tokens + len(ids) > self.n_ctx:
             raise BackendError(
-                f"{self._llama.n_tokens + len(ids)} tokens do not fit in the context of {self.n_ctx}",
+                f"{self.llama.n_tokens + len(ids)} tokens do not fit in the context of {self.n_ctx}",
                 "raise --ctx",
             )
-        self._llama.eval(list(ids))
+        self.llama.eval(list(ids))
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Raw next-token logits after ``ids`` (a fresh forward pass)."""
@@ -208,7 +207,7 @@ class GgufModel:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._llama.close()
+            self.llama.close()
 
 
 _KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}  # GGML_TYPE_*

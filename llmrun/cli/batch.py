@@ -6,12 +6,17 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmrun.cli import options as o
 from llmrun.errors import InsufficientMemory, InvalidParameter, UsageError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import BatchRequest, Done, LoadedModel
+    from llmrun.batchio import Item, OrderedWriter
+    from llmrun.pipeline import RunPlan
 
 
 def batch(
@@ -111,7 +116,7 @@ def _read(source: str) -> list[str]:
         raise UsageError(f"cannot read {path}: {exc.strerror}", "check its permissions") from None
 
 
-def _check_memory(run_plan: Any, parallel: int, force: bool) -> None:
+def _check_memory(run_plan: RunPlan, parallel: int, force: bool) -> None:
     from llmrun.cli import render
     from llmrun.memory import format_bytes, plan
     from llmrun.sysinfo import available_memory
@@ -128,7 +133,7 @@ def _check_memory(run_plan: Any, parallel: int, force: bool) -> None:
         render.warn(message + "; going ahead (--force)")
 
 
-def _run(run_plan: Any, items: list[Any], parallel: int, system: str | None, raw: bool, handle: IO[str]) -> None:
+def _run(run_plan: RunPlan, items: list[Item], parallel: int, system: str | None, raw: bool, handle: IO[str]) -> None:
     from llmrun import batchio
     from llmrun.backends.base import BatchRequest
     from llmrun.cli import render
@@ -163,7 +168,12 @@ def _run(run_plan: Any, items: list[Any], parallel: int, system: str | None, raw
 
 
 def _generate(
-    model: Any, requests: list[Any], by_index: dict[int, Any], parallel: int, n_ctx: int, writer: Any
+    model: LoadedModel,
+    requests: list[BatchRequest],
+    by_index: dict[int, Item],
+    parallel: int,
+    n_ctx: int,
+    writer: OrderedWriter,
 ) -> None:
     from llmrun.cli import render
 
@@ -189,7 +199,7 @@ def _generate(
     )
 
 
-def _record(item: Any, done: Any) -> dict[str, Any]:
+def _record(item: Item, done: Done) -> dict[str, Any]:
     s = done.stats
     return {
         "id": item.output_id,

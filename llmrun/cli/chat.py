@@ -16,6 +16,7 @@ from llmrun.errors import LlmrunError, UsageError
 if TYPE_CHECKING:
     from llmrun.backends.base import Done, Token
     from llmrun.chat import ChatSession
+    from llmrun.pipeline import RunPlan
 
 COMMANDS = {
     "/help": "show this help",
@@ -105,7 +106,7 @@ def chat(
         loaded.close()
 
 
-def choose_template(name: str | None, run_plan: Any) -> tuple[str, str]:
+def choose_template(name: str | None, run_plan: RunPlan) -> tuple[str, str]:
     """(name, source): --template, else the model's own, else the built-in for its architecture."""
     from llmrun.pipeline import chat_template
     from llmrun.template import BUILTIN_TEMPLATES, builtin_for

@@ -13,7 +13,7 @@ from llmrun.cli import options as o
 from llmrun.errors import InvalidParameter, UsageError
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import Token
+    from llmrun.backends.base import Done, Token
     from llmrun.pipeline import RunPlan
 
 
@@ -220,7 +220,7 @@ def _logprob_entry(token: Token, data: bytes) -> dict[str, Any]:
 
 
 def _report(
-    run_plan: RunPlan, done: Any, load_seconds: float, prompt_format: str, peak: int, total: float
+    run_plan: RunPlan, done: Done, load_seconds: float, prompt_format: str, peak: int, total: float
 ) -> dict[str, Any]:
     s = done.stats
     return {
