@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest
+from llmrun.backends.gguf import sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
 from llmrun.memory import N_BATCH
@@ -47,8 +48,6 @@ def generate(
     import llama_cpp
     from llama_cpp import _internals as internals
 
-    from llmrun.backends.gguf import sampler_chain
-
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = parallel * n_ctx_seq
     params.n_batch = params.n_ubatch = N_BATCH
@@ -66,7 +65,7 @@ def generate(
     n_vocab = int(model.llama.n_vocab())
     try:
         while queue or any(slots):
-            yield from _start(model, ctx, queue, slots, n_ctx_seq, n_vocab, sampler_chain)
+            yield from _start(model, ctx, queue, slots, n_ctx_seq, n_vocab)
             if not any(slots):
                 continue
             _fill(batch.batch, slots)
@@ -97,7 +96,6 @@ def _start(
     slots: list[_Slot | None],
     n_ctx_seq: int,
     n_vocab: int,
-    sampler_chain: Any,
 ) -> Iterator[BatchOutcome]:
     """Give free slots the next requests; report the ones that cannot run."""
     for seq, slot in enumerate(slots):
