@@ -136,11 +136,11 @@ class Repl:
     """Reads lines, runs slash commands, streams answers. ``handle`` is the whole behaviour."""
 
     def __init__(self, session: ChatSession, *, markdown: bool = False) -> None:
-        from rich.console import Console
+        from llmrun.cli import render
 
         self.session = session
         self.markdown = markdown
-        self.out = Console(highlight=False, soft_wrap=True)
+        self.out = render.out_console()
         self.used = 0
 
     # --- input loops ---------------------------------------------------------------

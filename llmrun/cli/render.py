@@ -24,6 +24,11 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def out_console() -> Console:
+    """A console on stdout, for commands that print their answer through Rich."""
+    return Console(highlight=False, soft_wrap=True)
+
+
 def error(message: str, hint: str = "") -> None:
     """One line: what is wrong, then what to do."""
     line = Text("error: ", style="bold red")
