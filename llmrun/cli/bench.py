@@ -40,6 +40,7 @@ def bench(
     from llmrun import backends, benchmark
     from llmrun.backends.base import LoadParams
     from llmrun.cli import render
+    from llmrun.cli.run import load_defaults
     from llmrun.config import load_registry
     from llmrun.pipeline import locate
 
@@ -48,6 +49,7 @@ def bench(
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
     registry = load_registry()
+    defaults = load_defaults()
     rows: list[dict[str, Any]] = []
     names: list[str | None] = list(model) if model else [None]
     for name in names:
@@ -56,8 +58,8 @@ def bench(
             for kv in kv_types:
                 params = LoadParams(
                     n_ctx=max(n_prompt + n_gen + 16, 64),
-                    n_threads=threads or _default_threads(),
-                    n_gpu_layers=_default_gpu_layers(),
+                    n_threads=threads or defaults["n_threads"],
+                    n_gpu_layers=defaults["n_gpu_layers"],
                     kv_type=kv,
                 )
                 label = f"{located.model.name} · {backend_name} · KV {kv}"
@@ -122,15 +124,3 @@ def _rss() -> int:
     import psutil
 
     return int(psutil.Process().memory_info().rss)
-
-
-def _default_threads() -> int:
-    from llmrun.sysinfo import default_threads
-
-    return default_threads()
-
-
-def _default_gpu_layers() -> int:
-    from llmrun.backends.gguf import gpu_offload_supported
-
-    return -1 if gpu_offload_supported() else 0

@@ -121,7 +121,7 @@ def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any]
                 load_flags,
                 force=force,
                 available_memory=available_memory,
-                load_defaults=_load_defaults,
+                load_defaults=load_defaults,
             )
     except InvalidParameter as exc:
         raise o.flag_error(exc) from None
@@ -130,7 +130,8 @@ def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any]
     return run_plan
 
 
-def _load_defaults() -> dict[str, int]:
+def load_defaults() -> dict[str, int]:
+    """Threads and GPU layers when not given: physical cores; all layers when llama.cpp can offload."""
     from llmrun.backends.gguf import gpu_offload_supported
     from llmrun.sysinfo import default_threads
 
