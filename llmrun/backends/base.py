@@ -8,7 +8,7 @@ one :class:`Done` carrying the statistics. Stats travel with the stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -136,7 +136,7 @@ class LoadedModel(Protocol):
 
     def generate_batch(
         self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
-    ) -> Iterator[BatchOutcome]: ...
+    ) -> Generator[BatchOutcome, None, None]: ...
 
     # the forward pass by itself, for benchmarks: clear the KV cache, append tokens to it
     def reset(self) -> None: ...

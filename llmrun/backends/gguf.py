@@ -11,7 +11,7 @@ import contextlib
 import ctypes
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,7 +179,9 @@ class GgufModel:
         n_vocab = int(self.llama.n_vocab())
         return np.ctypeslib.as_array(self.llama._ctx.get_logits_ith(-1), shape=(n_vocab,))
 
-    def generate_batch(self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int) -> Iterator[BatchOutcome]:
+    def generate_batch(
+        self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
+    ) -> Generator[BatchOutcome, None, None]:
         """Continuous batching (see :mod:`llmrun.backends.gguf_batch`); outcomes as they finish."""
         from llmrun.backends import gguf_batch
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ class _Slot:
 
 def generate(
     model: GgufModel, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
-) -> Iterator[BatchOutcome]:
+) -> Generator[BatchOutcome, None, None]:
     """Outcomes as sequences finish (not in request order)."""
     import llama_cpp
     from llama_cpp import _internals as internals
@@ -96,7 +96,7 @@ def _start(
     slots: list[_Slot | None],
     n_ctx_seq: int,
     n_vocab: int,
-) -> Iterator[BatchOutcome]:
+) -> Generator[BatchOutcome, None, None]:
     """Give free slots the next requests; report the ones that cannot run."""
     for seq, slot in enumerate(slots):
         while slot is None and queue:

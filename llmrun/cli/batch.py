@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -179,8 +180,10 @@ def _generate(
 
     started = time.perf_counter()
     tokens = failed = done = 0
-    with render.batch_progress(len(requests)) as progress:
-        for outcome in model.generate_batch(requests, parallel, n_ctx):
+    outcomes = model.generate_batch(requests, parallel, n_ctx)
+    # closed before the model is: the batch context must go first, even on Ctrl-C
+    with render.batch_progress(len(requests)) as progress, contextlib.closing(outcomes):
+        for outcome in outcomes:
             item = by_index[outcome.index]
             if outcome.done is None:
                 failed += 1
