@@ -23,6 +23,7 @@ from llmrun.memory import MemoryPlan, default_context, format_bytes, geometry, p
 from llmrun.refs import ModelRef
 from llmrun.resolve import ResolvedModel, resolve
 from llmrun.sampling import SamplingParams, merge_layers
+from llmrun.store import Progress
 from llmrun.template import Message, render
 
 COMMAND_LINE = "command line"
@@ -36,7 +37,7 @@ class Located:
     header: GgufHeader
 
 
-def locate(registry: Registry, model_name: str | None, progress: Callable[[int], None] | None = None) -> Located:
+def locate(registry: Registry, model_name: str | None, progress: Progress | None = None) -> Located:
     """Resolve the model (the named one, else the default) and read its header, bounded."""
     if model_name:
         name, source = model_name, COMMAND_LINE
@@ -87,7 +88,7 @@ def plan_run(
     force: bool,
     available_memory: Callable[[], int],
     load_defaults: Callable[[], Mapping[str, int]],
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RunPlan:
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])

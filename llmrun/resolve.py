@@ -8,14 +8,14 @@ clear error until then.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmrun.config import ModelEntry, Registry, store_dir
 from llmrun.errors import ModelFileError, ModelNotFound
 from llmrun.refs import ModelRef
-from llmrun.store import ensure_embedded
+from llmrun.store import Progress, ensure_embedded
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class ResolvedModel:
     entry: ModelEntry | None  # its models.toml entry, when it has one
 
 
-def resolve(ref: ModelRef, registry: Registry, progress: Callable[[int], None] | None = None) -> ResolvedModel:
+def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None) -> ResolvedModel:
     if ref.kind == "hub" and ref.file and Path(ref.text).is_file():
         ref = ModelRef("path", ref.text, ref.text)  # a local dir/sub/file.gguf, not a repo file
     if ref.kind == "path":
@@ -33,24 +33,98 @@ def resolve(ref: ModelRef, registry: Registry, progress: Callable[[int], None] |
         if not path.exists():
             raise ModelFileError(f"model file {path} does not exist", "check the path")
         return ResolvedModel(ref.name, path, None)
+    from llmrun import pull
+
     if ref.kind == "hub":
-        raise ModelNotFound(
-            f"{ref.text}: downloading from the Hugging Face Hub is not available yet",
-            "download the .gguf file and pass its path with -m",
-        )
-    entry = registry.get(ref.name)
-    if entry is None:
-        raise _unknown_alias(ref, registry)
+        key = f"{ref.name}/{ref.file}" if ref.file else f"{ref.name}:{ref.tag}" if ref.tag else ref.name
+        path, _ = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
+        return ResolvedModel(key, path, None)
+    entry, quant = _alias(ref, registry)
     if entry.embedded:
         path = ensure_embedded(entry.embedded, store_dir() / "embedded", progress)
         return ResolvedModel(entry.name, path, entry)
-    raise ModelNotFound(
-        f"{entry.name} is not downloaded and this version cannot pull from the Hub yet",
-        "download its .gguf file and pass the path with -m",
-    )
+    if entry.gguf is None:
+        raise ModelNotFound(f"{entry.name} has no GGUF source in models.toml", "add a gguf = { repo, files } table")
+    files = entry.gguf.files
+    quant = quant or _default_quant(files)
+    file = files.get(quant) if quant else None
+    key = entry.name if quant is None or quant == _default_quant(files) else f"{entry.name}-{quant.lower()}"
+    path, _ = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
+    return ResolvedModel(key, path, entry)
+
+
+def _default_quant(files: dict[str, str]) -> str | None:
+    return "Q4_K_M" if "Q4_K_M" in files else next(iter(files), None)
+
+
+def _alias(ref: ModelRef, registry: Registry) -> tuple[ModelEntry, str | None]:
+    """The entry for ``name``, or for ``name`` minus a ``-q8``-style quant suffix."""
+    entry = registry.get(ref.name)
+    if entry is not None:
+        return entry, None
+    base, _, suffix = ref.name.rpartition("-")
+    entry = registry.get(base) if base else None
+    if entry is not None and entry.gguf is not None:
+        matches = [q for q in entry.gguf.files if q.lower() == suffix or q.lower().startswith(suffix + "_")]
+        if matches:
+            return entry, matches[0]
+        raise ModelNotFound(
+            f"{entry.name} has no {suffix.upper()} file in models.toml",
+            f"available: {', '.join(entry.gguf.files)}",
+        )
+    raise _unknown_alias(ref, registry)
 
 
 def _unknown_alias(ref: ModelRef, registry: Registry) -> ModelNotFound:
     close = difflib.get_close_matches(ref.name, list(registry.models), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known models: {', '.join(sorted(registry.models))}"
     return ModelNotFound(f"unknown model {ref.text!r}", hint)
+
+
+# --- choosing files in a repo (pure) ----------------------------------------------
+
+_QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])")
+_SPLIT = re.compile(r"(?i)-(\d{5})-of-(\d{5})\.gguf$")
+FOUR_BIT = ("Q4_K_M", "Q4_K_S", "Q4_K_L", "Q4_0", "IQ4_XS", "IQ4_NL", "Q4_1", "Q4")
+
+
+def quant_of(name: str) -> str | None:
+    """The quant tag in a GGUF file name (``Qwen2.5-0.5B-Q4_K_M.gguf`` → ``Q4_K_M``)."""
+    stem = _SPLIT.sub(".gguf", name)
+    found = _QUANT.findall(stem.rsplit("/", 1)[-1])
+    return found[-1].upper() if found else None
+
+
+def gguf_groups(names: list[str]) -> dict[str, list[str]]:
+    """Model GGUFs by their (unsplit) name; split parts are kept together and in order."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        lower = name.lower()
+        if not lower.endswith(".gguf") or "mmproj" in lower:
+            continue
+        groups.setdefault(_SPLIT.sub(".gguf", name), []).append(name)
+    return groups
+
+
+def choose(names: list[str], quant: str | None) -> tuple[list[str], str]:
+    """The files to fetch for ``quant`` (case-insensitive), and why they were chosen.
+
+    With no quant: Q4_K_M, else the closest 4-bit quant, else the first GGUF.
+    """
+    groups = gguf_groups(names)
+    if not groups:
+        raise ModelNotFound("the repo has no .gguf files", "pick a GGUF repo, e.g. one whose name ends in -GGUF")
+    by_quant: dict[str, list[str]] = {}
+    for key, files in groups.items():
+        by_quant.setdefault(quant_of(key) or key, files)
+    if quant is not None:
+        wanted = quant.upper()
+        if wanted in by_quant:
+            return by_quant[wanted], f"{wanted} as asked"
+        raise ModelNotFound(f"no {wanted} file in the repo", f"available: {', '.join(sorted(by_quant))}")
+    for candidate in FOUR_BIT:
+        if candidate in by_quant:
+            why = "the default quant" if candidate == "Q4_K_M" else "the closest 4-bit quant to Q4_K_M"
+            return by_quant[candidate], f"{candidate}, {why}"
+    first = sorted(by_quant)[0]
+    return by_quant[first], f"{first}, the first GGUF (no 4-bit file)"

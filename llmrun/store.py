@@ -16,16 +16,18 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun.memory import format_bytes
 
 CHUNK = 1024 * 1024
+Progress = Callable[[str, int, int], None]
+"""A progress callback: file name, bytes done, total bytes."""
 PARTIAL_PREFIX = ".partial-"
 DISK_MARGIN = 64 * 1024 * 1024
 
@@ -119,12 +121,14 @@ def check_free_space(directory: Path, needed: int, what: str) -> None:
 
 def write_verified(
     path: Path,
-    chunks: Iterable[Path],
+    chunks: Sequence[Path],
     sha256: str,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Concatenate ``chunks`` into ``path``, checking the sha256 before it appears."""
     digest = hashlib.sha256()
+    total = sum(chunk.stat().st_size for chunk in chunks)
+    done = 0
     try:
         with atomic_output(path) as out:
             for chunk in chunks:
@@ -132,8 +136,9 @@ def write_verified(
                     while block := source.read(CHUNK):
                         out.write(block)
                         digest.update(block)
+                        done += len(block)
                         if progress:
-                            progress(len(block))
+                            progress(path.name, done, total)
             if digest.hexdigest() != sha256:
                 raise ModelFileError(
                     f"{path.name}: sha256 {digest.hexdigest()[:16]}… does not match the expected {sha256[:16]}…",
@@ -181,7 +186,7 @@ def embedded_package(module: str) -> EmbeddedPackage:
         ) from exc
 
 
-def ensure_embedded(module: str, directory: Path, progress: Callable[[int], None] | None = None) -> Path:
+def ensure_embedded(module: str, directory: Path, progress: Progress | None = None) -> Path:
     """The embedded GGUF, assembled once into ``directory`` and sha256-checked."""
     package = embedded_package(module)
     if Path(package.file_name).name != package.file_name:
@@ -202,3 +207,45 @@ def ensure_embedded(module: str, directory: Path, progress: Callable[[int], None
     check_free_space(directory, package.size, f"the embedded model {package.file_name}")
     write_verified(target, package.chunks, package.sha256, progress)
     return target
+
+
+# --- the index of pulled models ---------------------------------------------------
+# <LLMRUN_HOME>/index.json: name -> where its files came from and where they are. Written
+# atomically under a file lock, so a crash never corrupts it and concurrent pulls keep both.
+
+INDEX_VERSION = 1
+
+
+def index_path() -> Path:
+    from llmrun.config import home_dir
+
+    return home_dir() / "index.json"
+
+
+def read_index() -> dict[str, dict[str, Any]]:
+    path = index_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StoreError(
+            f"the model index {path} is unreadable: {exc}", "delete it; `llmrun pull` rebuilds it"
+        ) from exc
+    models = data.get("models") if isinstance(data, dict) else None
+    if data.get("version") != INDEX_VERSION or not isinstance(models, dict):
+        raise StoreError(f"the model index {path} has an unknown format", "delete it; `llmrun pull` rebuilds it")
+    return models
+
+
+@contextlib.contextmanager
+def editing_index() -> Iterator[dict[str, dict[str, Any]]]:
+    """Read, change and atomically rewrite the index, holding its lock."""
+    from filelock import FileLock
+
+    path = index_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        models = read_index()
+        yield models
+        atomic_write_text(path, json.dumps({"version": INDEX_VERSION, "models": models}, indent=2))

@@ -86,12 +86,17 @@ def _version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors (also LLMRUN_DEBUG=1).")] = False,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never contact the Hub; use what is downloaded (also HF_HUB_OFFLINE=1).")
+    ] = False,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     ctx.obj = {"debug": debug}
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported, which reads it once
     if _debug(ctx):
         import logging
 
@@ -107,6 +112,9 @@ def _register() -> None:
     app.command("tokenize")(inspect.tokenize)
     app.command("next")(inspect.next_token)
     app.command("show")(models.show)
+    app.command("pull")(models.pull)
+    app.command("list")(models.list_models)
+    app.command("rm")(models.rm)
     app.command("bench")(bench.bench)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -89,3 +92,75 @@ def show(
         return
     render.model_facts(facts)
     render.memory_plan(memory)
+
+
+def pull(
+    model: Annotated[str, typer.Argument(help="alias[:tag][-quant], owner/repo[:QUANT], or owner/repo/file.gguf")],
+) -> None:
+    """Download a model from the Hugging Face Hub into the local store, verified by sha256.
+
+    Example: llmrun pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0
+    """
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.refs import ModelRef
+    from llmrun.resolve import resolve
+
+    ref = ModelRef.parse(model)
+    if ref.kind == "path":
+        raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
+    with render.download_progress() as progress:
+        resolved = resolve(ref, load_registry(), progress)
+    render.note(f"{resolved.name}: {resolved.path}")
+
+
+def list_models(json_output: o.JsonOpt = False) -> None:
+    """The models in the local store: name, quant, size, when pulled, where."""
+    from llmrun.cli import render
+    from llmrun.config import store_dir
+    from llmrun.store import read_index
+
+    rows = []
+    for name, entry in sorted(read_index().items()):
+        size = sum(f["size"] for f in entry["files"])
+        present = all(Path(f["path"]).is_file() for f in entry["files"])
+        rows.append({
+            "name": name, "format": "gguf", "repo": entry["repo"], "files": [f["name"] for f in entry["files"]],
+            "size": size, "pulled": entry["pulled"], "path": entry["files"][0]["path"], "present": present,
+        })  # fmt: skip
+    for gguf in sorted((store_dir() / "embedded").glob("*.gguf")):
+        stat = gguf.stat()
+        rows.append({
+            "name": gguf.name, "format": "gguf", "repo": "(embedded package)", "files": [gguf.name],
+            "size": stat.st_size, "pulled": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stat.st_mtime)),
+            "path": str(gguf), "present": True,
+        })  # fmt: skip
+    if json_output:
+        render.print_json(rows)
+        return
+    if not rows:
+        render.note("no models yet: `llmrun pull NAME`, or `llmrun run` the embedded gemma3:270m")
+        return
+    render.models_table(rows)
+
+
+def rm(
+    model: Annotated[str, typer.Argument(help="A name as `llmrun list` shows it.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Remove a pulled model and its files (only files no other model uses)."""
+    from llmrun import pull as pulling
+    from llmrun.cli import render
+    from llmrun.errors import ModelNotFound
+    from llmrun.store import read_index
+
+    key = model.strip()
+    if key not in read_index():
+        raise ModelNotFound(f"{key} is not in the local store", "`llmrun list` shows what is")
+    if not yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise UsageError(f"removing {key} needs confirmation", "pass --yes")
+        if not typer.confirm(f"Remove {key} and its files?", default=False):
+            raise typer.Exit(1)
+    removed = pulling.remove(key)
+    render.note(f"removed {key} ({len(removed)} file(s))")

@@ -418,3 +418,65 @@ def batch_progress(total: int) -> Iterator[Any]:
             bar.update(task, completed=done, tps=f"{tps:.1f} tok/s")
 
         yield update
+
+
+@contextmanager
+def download_progress() -> Iterator[Any]:
+    """A progress callback (file, bytes done, total): a Rich bar per file with bytes, speed and
+    ETA on a terminal; a plain line every 10% otherwise."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = err_console()
+    if not console.is_terminal:
+        shown: dict[str, int] = {}
+
+        def plain(name: str, done: int, total: int) -> None:
+            step = int(10 * done / total) if total else 0
+            if shown.get(name, -1) < step:
+                shown[name] = step
+                console.print(f"{name}: {done:,} of {total:,} bytes", highlight=False)
+
+        yield plain
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total or None)
+            bar.update(tasks[name], completed=done, total=total or None)
+
+        yield update
+
+
+def models_table(rows: Sequence[dict[str, Any]]) -> None:
+    from llmrun.memory import format_bytes
+    from llmrun.resolve import quant_of
+
+    grid = Table(box=None, pad_edge=False)
+    for column in ("name", "format", "quant", "size", "pulled", "location"):
+        grid.add_column(column, justify="right" if column == "size" else "left", overflow="fold")
+    for row in rows:
+        grid.add_row(
+            row["name"] + ("" if row["present"] else " (files missing)"),
+            row["format"],
+            quant_of(row["files"][0]) or "",
+            format_bytes(row["size"]),
+            row["pulled"][:16].replace("T", " "),
+            row["path"],
+        )
+    Console(highlight=False).print(grid)

@@ -113,7 +113,7 @@ def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any]
 
     registry = load_registry()
     try:
-        with render.status("Preparing the model…"):
+        with render.download_progress() as progress:
             run_plan = plan_run(
                 registry,
                 model,
@@ -122,6 +122,7 @@ def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any]
                 force=force,
                 available_memory=available_memory,
                 load_defaults=load_defaults,
+                progress=progress,
             )
     except InvalidParameter as exc:
         raise o.flag_error(exc) from None

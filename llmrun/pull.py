@@ -1,0 +1,84 @@
+"""Getting a model's files onto this machine, verified, and recording them in the index.
+
+A model already in the index, with its files present and the right size, is used as is
+(no network). Otherwise the repo's file listing gives the files (for a quant) and their
+sha256; each file is downloaded into the Hugging Face cache (resuming a partial download),
+verified, and the model is recorded. Offline, only what is already here can be used.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from llmrun import hub
+from llmrun.errors import ModelNotFound
+from llmrun.resolve import choose
+from llmrun.store import Progress, editing_index, read_index
+
+
+def local(key: str) -> Path | None:
+    """The first file of an indexed model whose files are all present and whole."""
+    entry = read_index().get(key)
+    if not entry:
+        return None
+    paths = [Path(f["path"]) for f in entry["files"]]
+    sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, entry["files"], strict=True))
+    return paths[0] if paths and sizes_ok else None
+
+
+def fetch(
+    key: str,
+    repo: str,
+    *,
+    quant: str | None = None,
+    file: str | None = None,
+    revision: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[Path, str]:
+    """The local path of ``key`` (pulling it if needed) and a line saying what was chosen."""
+    found = local(key)
+    if found is not None:
+        return found, f"{key} is already here"
+    if hub.offline():
+        raise ModelNotFound(
+            f"{key} is not downloaded and llmrun is offline", "pull it while online (unset HF_HUB_OFFLINE)"
+        )
+    commit, remote = hub.list_files(repo, revision)
+    names = [f.name for f in remote]
+    if file is not None:
+        if file not in names:
+            raise ModelNotFound(f"{repo} has no file {file}", "run `llmrun pull " + repo + "` to see what it has")
+        chosen, why = [file], f"{file} as named"
+    else:
+        chosen, why = choose(names, quant)
+    by_name = {f.name: f for f in remote}
+    paths = [hub.download(repo, by_name[name], commit, progress) for name in chosen]
+    record = {
+        "repo": repo,
+        "revision": commit,
+        "quant": quant,
+        "files": [
+            {"name": name, "sha256": by_name[name].sha256, "size": by_name[name].size, "path": str(path)}
+            for name, path in zip(chosen, paths, strict=True)
+        ],
+        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    with editing_index() as models:
+        models[key] = record
+    return paths[0], f"{repo}: {why}"
+
+
+def remove(key: str) -> list[Path]:
+    """Forget ``key`` and delete its files (only its own: files another entry uses stay)."""
+    with editing_index() as models:
+        entry = models.pop(key, None)
+        if entry is None:
+            raise ModelNotFound(f"{key} is not in the local store", "`llmrun list` shows what is")
+        still_used = {f["path"] for other in models.values() for f in other["files"]}
+    removed = []
+    for f in entry["files"]:
+        if f["path"] not in still_used:
+            hub.remove(Path(f["path"]))
+            removed.append(Path(f["path"]))
+    return removed

@@ -1,0 +1,199 @@
+"""`llmrun pull`, the store and offline use, against a local server speaking the Hub's protocol."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import ggufbuild as gb
+from tests.helpers import invoke
+from tests.hubserver import FakeHub
+
+pytestmark = pytest.mark.slow
+
+REPO = "test/tiny-GGUF"
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    server = FakeHub()
+    url = server.start()
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # read once at import by the library
+    monkeypatch.setattr(constants, "ENDPOINT", url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    yield server
+    server.stop()
+
+
+def tiny(tmp_path: Path, name: str, layers: int = 2) -> Path:
+    return gb.write(tmp_path / name, {**gb.LLAMA_META, "llama.block_count": layers}, [("w", (64,), 0)])
+
+
+def add_quants(hub: FakeHub, tmp_path: Path, *names: str) -> None:
+    for index, name in enumerate(names):
+        hub.add(REPO, name, tiny(tmp_path, name, layers=index + 1))
+
+
+def hf_blobs() -> list[Path]:
+    root = Path(os.environ["HF_HOME"]) / "hub"
+    return [p for p in root.rglob("blobs/*") if p.is_file()]
+
+
+def test_pull_then_run_the_real_model(hub: FakeHub, gemma_cache: Path) -> None:
+    hub.add("test/gemma-GGUF", "gemma-3-270m-Q4_K_M.gguf", gemma_cache)
+    code, _, err = invoke(["pull", "test/gemma-GGUF"])
+    assert code == 0, err
+    code, out, err = invoke(["run", "-m", "test/gemma-GGUF", "-t", "0", "-n", "8", "The capital of France is"])
+    assert code == 0 and out.strip() == "the capital of the country of France."
+    code, out, _ = invoke(["list", "--json"])
+    rows = json.loads(out)
+    assert rows[0]["name"] == "test/gemma-GGUF" and rows[0]["size"] == gemma_cache.stat().st_size
+    gets = [r for r in hub.requests if r.startswith("GET /test/gemma-GGUF/resolve")]
+    assert len(gets) == 1  # run reused the pulled file
+
+
+def test_quant_choice_and_split_files(hub: FakeHub, tmp_path: Path) -> None:
+    add_quants(hub, tmp_path, "tiny-Q8_0.gguf", "tiny-Q4_K_S.gguf", "tiny-Q4_K_M.gguf", "tiny-mmproj-f16.gguf")
+    hub.add(REPO, "README.md", tmp_path / "tiny-Q8_0.gguf")
+    code, _, err = invoke(["pull", REPO])
+    assert code == 0, err
+    index = json.loads((Path(os.environ["LLMRUN_HOME"]) / "index.json").read_text())["models"]
+    assert index[REPO]["files"][0]["name"] == "tiny-Q4_K_M.gguf"
+    code, _, err = invoke(["pull", f"hf.co/{REPO}:q8_0"])
+    assert code == 0, err
+    code, _, err = invoke(["pull", f"{REPO}:Q5_K_M"])
+    assert code == 1 and "no Q5_K_M file in the repo" in err and "Q4_K_M" in err
+    for part in ("big-Q6_K-00001-of-00002.gguf", "big-Q6_K-00002-of-00002.gguf"):
+        hub.add("test/big-GGUF", part, tiny(tmp_path, part))
+    code, _, err = invoke(["pull", "test/big-GGUF"])
+    assert code == 0, err
+    index = json.loads((Path(os.environ["LLMRUN_HOME"]) / "index.json").read_text())["models"]
+    assert [f["name"] for f in index["test/big-GGUF"]["files"]] == [
+        "big-Q6_K-00001-of-00002.gguf", "big-Q6_K-00002-of-00002.gguf",
+    ]  # fmt: skip
+
+
+def test_registry_aliases_pull_their_files(hub: FakeHub, tmp_path: Path) -> None:
+    from llmrun.config import user_registry_path
+
+    add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf")
+    path = user_registry_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        f'[models."tiny:1b"]\ngguf = {{ repo = "{REPO}", files = {{ Q4_K_M = "tiny-Q4_K_M.gguf", '
+        'Q8_0 = "tiny-Q8_0.gguf" } }\n'
+    )
+    assert invoke(["pull", "tiny:1b"])[0] == 0
+    code, _, err = invoke(["pull", "tiny:1b-q8"])
+    assert code == 0, err
+    names = {row["name"] for row in json.loads(invoke(["list", "--json"])[1])}
+    assert names == {"tiny:1b", "tiny:1b-q8_0"}
+    code, _, err = invoke(["pull", "tiny:1b-q5"])
+    assert code == 1 and "no Q5 file" in err
+
+
+def test_a_corrupted_byte_is_caught_and_the_file_deleted(hub: FakeHub, tmp_path: Path) -> None:
+    hub.add(REPO, "tiny-Q4_K_M.gguf", tiny(tmp_path, "tiny-Q4_K_M.gguf"), fault="corrupt")
+    code, _, err = invoke(["pull", REPO])
+    assert code == 1 and "does not match the sha256" in err and "Traceback" not in err
+    assert hf_blobs() == [] and not (Path(os.environ["LLMRUN_HOME"]) / "index.json").exists()
+
+
+def test_a_short_body_fails_cleanly_and_a_retry_completes(hub: FakeHub, tmp_path: Path) -> None:
+    hub.add(REPO, "tiny-Q4_K_M.gguf", tiny(tmp_path, "tiny-Q4_K_M.gguf"), fault="short")
+    code, _, err = invoke(["pull", REPO])
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1 and "Traceback" not in err
+    hub.repos[REPO]["tiny-Q4_K_M.gguf"].fault = None
+    code, _, err = invoke(["pull", REPO])
+    assert code == 0, err
+
+
+def test_a_dropped_connection_is_resumed(hub: FakeHub, tmp_path: Path) -> None:
+    big = tmp_path / "tiny-Q4_K_M.gguf"
+    big.write_bytes(os.urandom(8 * 1024 * 1024))
+    hub.add(REPO, "tiny-Q4_K_M.gguf", big, fault="drop-once")
+    code, _, err = invoke(["pull", REPO])
+    if code != 0:  # the library gave up on the broken transfer: pulling again resumes it
+        code, _, err = invoke(["pull", REPO])
+    assert code == 0, err
+    assert hf_blobs()[0].read_bytes() == big.read_bytes()
+
+
+def test_a_killed_pull_resumes_and_concurrent_pulls_agree(hub: FakeHub, tmp_path: Path) -> None:
+    big = tmp_path / "tiny-Q4_K_M.gguf"
+    big.write_bytes(os.urandom(24 * 1024 * 1024))
+    hub.add(REPO, "tiny-Q4_K_M.gguf", big, fault="slow")
+    command = [sys.executable, "-m", "llmrun", "pull", REPO]
+    first = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    incomplete: list[Path] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size > 2**20 for p in incomplete):
+        incomplete = list((Path(os.environ["HF_HOME"]) / "hub").rglob("*.incomplete"))
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert incomplete, "the download never started"
+    hub.repos[REPO]["tiny-Q4_K_M.gguf"].fault = None
+    pulls = [subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]  # fmt: skip
+    for process in pulls:
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+    blobs = hf_blobs()  # one verified copy, and the killed pull's partial file cleaned up
+    assert len(blobs) == 1 and blobs[0].read_bytes() == big.read_bytes()
+
+
+def test_offline_uses_what_is_here_and_sends_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf")
+    assert invoke(["pull", REPO])[0] == 0
+    before = len(hub.requests)
+    code, _, err = invoke(["--offline", "pull", REPO])
+    assert code == 0, err
+    code, _, err = invoke(["--offline", "pull", "test/other-GGUF"])
+    assert code == 1 and "not downloaded and llmrun is offline" in err
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    assert len(hub.requests) == before
+
+
+def test_not_enough_disk_is_refused_before_downloading(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10, 10, 5))  # type: ignore[attr-defined]
+    code, _, err = invoke(["pull", REPO])
+    assert code == 1 and "not enough disk space" in err
+    assert not [r for r in hub.requests if r.startswith("GET /test/tiny-GGUF/resolve")]
+
+
+def test_rm_removes_only_that_model(hub: FakeHub, tmp_path: Path) -> None:
+    add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf")
+    assert invoke(["pull", REPO])[0] == 0
+    assert invoke(["pull", f"{REPO}:Q8_0"])[0] == 0
+    code, _, err = invoke(["rm", REPO])
+    assert code == 2 and "--yes" in err
+    code, _, err = invoke(["rm", REPO, "--yes"])
+    assert code == 0, err
+    names = [row["name"] for row in json.loads(invoke(["list", "--json"])[1])]
+    assert names == [f"{REPO}:Q8_0"] and len(hf_blobs()) == 1
+    assert invoke(["rm", "nope", "--yes"])[0] == 1
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd.gguf", "owner/../x", "a/b/c/d", "owner/repo:../x", "nul\x00"])
+def test_hostile_names_never_reach_the_network(hub: FakeHub, name: str) -> None:
+    code, _, err = invoke(["pull", name])
+    assert code != 0 and "Traceback" not in err
+    assert hub.requests == []
