@@ -59,3 +59,13 @@ def test_non_utf8_user_file(monkeypatch: pytest.MonkeyPatch) -> None:
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_registry()
+
+
+def test_the_shipped_registry_covers_the_families() -> None:
+    registry = load_registry()
+    assert len(registry.models) >= 15
+    names = " ".join(registry.models)
+    for family in ("llama3", "qwen2.5", "qwen3", "gemma3", "phi3", "mistral", "smollm2", "nomic-embed"):
+        assert family in names, family
+    for entry in registry.models.values():
+        assert entry.embedded or (entry.gguf and entry.gguf.files and "/" in entry.gguf.repo), entry.name

@@ -46,3 +46,20 @@ def test_parse(text: str, kind: str, name: str, tag: str | None, file: str | Non
 def test_hostile_or_malformed_names_are_refused(text: str) -> None:
     with pytest.raises(LlmrunError):
         ModelRef.parse(text)
+
+
+def test_quant_tags_and_choice() -> None:
+    from llmrun.errors import ModelNotFound
+    from llmrun.resolve import choose, quant_of
+
+    assert quant_of("qwen2.5-0.5b-instruct-q4_k_m.gguf") == "Q4_K_M"
+    assert quant_of("Phi-3-mini-4k-instruct-q4.gguf") == "Q4"
+    assert quant_of("x.Q5_K_M-00001-of-00002.gguf") == "Q5_K_M"
+    files = ["m-Q8_0.gguf", "m-Q4_K_S.gguf", "m-mmproj-f16.gguf", "README.md"]
+    assert choose(files, None) == (["m-Q4_K_S.gguf"], "Q4_K_S, the closest 4-bit quant to Q4_K_M")
+    assert choose(files, "q8_0")[0] == ["m-Q8_0.gguf"]
+    assert choose(["m-Q6_K.gguf", "m-Q2_K.gguf"], None)[0] == ["m-Q2_K.gguf"]  # no 4-bit: the first
+    with pytest.raises(ModelNotFound, match="no Q5_K_M"):
+        choose(files, "Q5_K_M")
+    with pytest.raises(ModelNotFound, match=r"no \.gguf files"):
+        choose(["README.md"], None)
