@@ -54,7 +54,7 @@ def show(
         "name": resolved.name,
         "path": str(resolved.path),
         "file_size": header.file_size,
-        "sha256": recorded_sha256(resolved.path),
+        "sha256": recorded_sha256(resolved.path) or _indexed_sha256(resolved.path),
         "architecture": header.architecture,
         "model_name": header.metadata.get("general.name"),
         "parameters": parameter_count(header),
@@ -164,3 +164,15 @@ def rm(
             raise typer.Exit(1)
     removed = pulling.remove(key)
     render.note(f"removed {key} ({len(removed)} file(s))")
+
+
+def _indexed_sha256(path: Path) -> str | None:
+    """The sha256 the Hub published for a pulled file (checked when it was pulled)."""
+    from llmrun.store import read_index
+
+    for entry in read_index().values():
+        for f in entry["files"]:
+            if f["path"] == str(path):
+                sha: str | None = f.get("sha256")
+                return sha
+    return None

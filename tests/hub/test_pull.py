@@ -63,6 +63,8 @@ def test_pull_then_run_the_real_model(hub: FakeHub, gemma_cache: Path) -> None:
     assert rows[0]["name"] == "test/gemma-GGUF" and rows[0]["size"] == gemma_cache.stat().st_size
     gets = [r for r in hub.requests if r.startswith("GET /test/gemma-GGUF/resolve")]
     assert len(gets) == 1  # run reused the pulled file
+    code, out, _ = invoke(["show", "test/gemma-GGUF", "--json"])
+    assert code == 0 and json.loads(out)["sha256"] == hub.repos["test/gemma-GGUF"]["gemma-3-270m-Q4_K_M.gguf"].sha256
 
 
 def test_quant_choice_and_split_files(hub: FakeHub, tmp_path: Path) -> None:
