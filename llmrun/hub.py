@@ -166,4 +166,7 @@ def _translate(exc: Exception, repo: str, name: str | None = None) -> LlmrunErro
         return HubError(f"{what} is not downloaded and the Hub cannot be reached (offline)", "pull it while online")
     if kind == "GatedRepoError":
         return HubError(f"{repo} is gated", "accept its licence on the Hub and set HF_TOKEN")
-    return HubError(f"downloading {what} failed: {kind}: {exc}".splitlines()[0], "check the network and retry")
+    return HubError(
+        f"reaching the Hub for {what} failed: {kind}: {exc}".splitlines()[0],
+        "check the network and retry; --offline runs models already downloaded",
+    )

@@ -42,7 +42,8 @@ def fetch(
         return found, f"{key} is already here"
     if hub.offline():
         raise ModelNotFound(
-            f"{key} is not downloaded and llmrun is offline", "pull it while online (unset HF_HUB_OFFLINE)"
+            f"{key} is not downloaded and llmrun is offline",
+            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
         )
     commit, remote = hub.list_files(repo, revision)
     names = [f.name for f in remote]

@@ -23,6 +23,7 @@ class ResolvedModel:
     name: str  # what to call it in output: the alias, or the path as given
     path: Path  # the local GGUF file
     entry: ModelEntry | None  # its models.toml entry, when it has one
+    detail: str = ""  # what was chosen or fetched, for the user
 
 
 def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None) -> ResolvedModel:
@@ -37,8 +38,8 @@ def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None)
 
     if ref.kind == "hub":
         key = f"{ref.name}/{ref.file}" if ref.file else f"{ref.name}:{ref.tag}" if ref.tag else ref.name
-        path, _ = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
-        return ResolvedModel(key, path, None)
+        path, detail = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
+        return ResolvedModel(key, path, None, detail)
     entry, quant = _alias(ref, registry)
     if entry.embedded:
         path = ensure_embedded(entry.embedded, store_dir() / "embedded", progress)
@@ -49,8 +50,8 @@ def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None)
     quant = quant or _default_quant(files)
     file = files.get(quant) if quant else None
     key = entry.name if quant is None or quant == _default_quant(files) else f"{entry.name}-{quant.lower()}"
-    path, _ = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
-    return ResolvedModel(key, path, entry)
+    path, detail = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
+    return ResolvedModel(key, path, entry, detail)
 
 
 def _default_quant(files: dict[str, str]) -> str | None:

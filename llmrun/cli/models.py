@@ -111,7 +111,8 @@ def pull(
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
     with render.download_progress() as progress:
         resolved = resolve(ref, load_registry(), progress)
-    render.note(f"{resolved.name}: {resolved.path}")
+    render.note(f"{resolved.name}: {resolved.detail}" if resolved.detail else resolved.name)
+    render.note(str(resolved.path))
 
 
 def list_models(json_output: o.JsonOpt = False) -> None:

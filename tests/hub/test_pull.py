@@ -72,8 +72,11 @@ def test_quant_choice_and_split_files(hub: FakeHub, tmp_path: Path) -> None:
     hub.add(REPO, "README.md", tmp_path / "tiny-Q8_0.gguf")
     code, _, err = invoke(["pull", REPO])
     assert code == 0, err
+    assert "Q4_K_M, the default quant" in err
     index = json.loads((Path(os.environ["LLMRUN_HOME"]) / "index.json").read_text())["models"]
     assert index[REPO]["files"][0]["name"] == "tiny-Q4_K_M.gguf"
+    code, _, err = invoke(["pull", REPO])
+    assert code == 0 and "already here" in err
     code, _, err = invoke(["pull", f"hf.co/{REPO}:q8_0"])
     assert code == 0, err
     code, _, err = invoke(["pull", f"{REPO}:Q5_K_M"])
