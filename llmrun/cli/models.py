@@ -111,7 +111,8 @@ def pull(
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
     with render.download_progress() as progress:
         resolved = resolve(ref, load_registry(), progress)
-    render.note(f"{resolved.name}: {resolved.detail}" if resolved.detail else resolved.name)
+    detail = resolved.detail or resolved.name
+    render.note(detail if detail.startswith(resolved.name) else f"{resolved.name}: {detail}")
     render.note(str(resolved.path))
 
 
