@@ -115,6 +115,17 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def run_seed(self) -> int | None:
+        """The seed a run uses: None when greedy (no randomness), the given one, else a fresh
+        one (reported with the run so it can be replayed)."""
+        if self.greedy:
+            return None
+        if self.seed is not None:
+            return self.seed
+        import secrets
+
+        return secrets.randbelow(MAX_SEED + 1)
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 

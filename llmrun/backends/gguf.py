@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import secrets
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
 from llmrun.errors import BackendError
 from llmrun.generation import assemble
-from llmrun.sampling import MAX_SEED, SamplingParams, log_softmax, top_indices
+from llmrun.sampling import SamplingParams, log_softmax, top_indices
 
 if TYPE_CHECKING:
     import numpy as np
@@ -145,9 +144,7 @@ class GgufModel:
 
     # --- generation -----------------------------------------------------------
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
-        seed = None if params.greedy else params.seed
-        if seed is None and not params.greedy:
-            seed = secrets.randbelow(MAX_SEED + 1)
+        seed = params.run_seed()
         self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
         self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window

@@ -12,7 +12,6 @@ on what else is in the batch.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections import deque
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from llmrun.backends.gguf import sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
 from llmrun.memory import N_BATCH
-from llmrun.sampling import MAX_SEED
 
 if TYPE_CHECKING:
     from llmrun.backends.gguf import GgufModel
@@ -101,9 +99,7 @@ def _start(
     for seq, slot in enumerate(slots):
         while slot is None and queue:
             request = queue.popleft()
-            seed = None if request.params.greedy else request.params.seed
-            if seed is None and not request.params.greedy:
-                seed = secrets.randbelow(MAX_SEED + 1)
+            seed = request.params.run_seed()
             try:
                 assembler = Assembler(
                     model.piece,

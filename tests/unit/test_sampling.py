@@ -135,3 +135,10 @@ def test_temperature_sharpens_and_flattens() -> None:
     hot = filtered_distribution(logits, SamplingParams(temperature=2.0, **open_params))
     assert cold[2] > softmax(logits)[2] > hot[2]
     assert cold.sum() == pytest.approx(1.0) and hot.sum() == pytest.approx(1.0)
+
+
+def test_run_seed_is_none_when_greedy_given_when_set_and_fresh_otherwise() -> None:
+    assert SamplingParams(temperature=0, seed=5).run_seed() is None
+    assert SamplingParams(seed=5).run_seed() == 5
+    drawn = {SamplingParams().run_seed() for _ in range(8)}
+    assert None not in drawn and len(drawn) > 1
