@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmrun import backends
+from llmrun.backends import select
 from llmrun.backends.base import LoadedModel, LoadParams
+from llmrun.backends.select import Choice, Platform
 from llmrun.config import Registry, default_model_name
-from llmrun.errors import InsufficientMemory, LlmrunError
+from llmrun.errors import InsufficientMemory, LlmrunError, ModelFileError, UsageError
 from llmrun.gguf_header import GgufHeader, check_loadable, read_header
-from llmrun.memory import MemoryPlan, default_context, format_bytes, geometry, plan
+from llmrun.memory import Geometry, MemoryPlan, default_context, format_bytes, geometry, plan
+from llmrun.mlx_header import read_mlx_header
 from llmrun.refs import ModelRef
 from llmrun.resolve import ResolvedModel, resolve
 from llmrun.sampling import SamplingParams, merge_layers
@@ -34,18 +37,29 @@ PromptFormat = Literal["chat template", "plain"]
 class Located:
     model: ResolvedModel
     source: str  # where the model name came from
-    header: GgufHeader
+    header: GgufHeader  # for an MLX directory: its config and safetensors headers, in the same shape
+    backend: Choice
 
 
-def locate(registry: Registry, model_name: str | None, progress: Progress | None = None) -> Located:
-    """Resolve the model (the named one, else the default) and read its header, bounded."""
+def locate(
+    registry: Registry,
+    model_name: str | None,
+    progress: Progress | None = None,
+    backend: str = "auto",
+    here: Platform | None = None,
+) -> Located:
+    """Choose the backend, resolve the model (the named one, else the default) in the form that
+    backend runs, and read its header, bounded."""
     if model_name:
         name, source = model_name, COMMAND_LINE
     else:
         name, source = default_model_name(registry)
     try:
-        resolved = resolve(ModelRef.parse(name), registry, progress)
-        return Located(resolved, source, read_header(resolved.path))
+        ref = ModelRef.parse(name)
+        choice = select.choose(backend, name, select.forms(ref, registry), here or select.this_platform())
+        resolved = resolve(ref, registry, progress, choice.backend)
+        header = read_mlx_header(resolved.path) if choice.backend == "mlx" else _gguf_header(resolved.path)
+        return Located(resolved, source, header, choice)
     except LlmrunError as exc:
         if source == COMMAND_LINE:
             raise
@@ -54,11 +68,18 @@ def locate(registry: Registry, model_name: str | None, progress: Progress | None
         raise
 
 
+def _gguf_header(path: Path) -> GgufHeader:
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a directory, not a GGUF file", "for an MLX model directory use --backend mlx")
+    return read_header(path)
+
+
 @dataclass(frozen=True, slots=True)
 class RunPlan:
     model: ResolvedModel
     model_source: str
     backend: str
+    backend_reason: str
     header: GgufHeader
     load: LoadParams
     sampling: SamplingParams
@@ -70,11 +91,11 @@ class RunPlan:
         """(field, value, source) for every effective setting."""
         rows: list[tuple[str, Any, str]] = [
             ("model", self.model.name, self.model_source),
-            ("backend", self.backend, "default"),
+            ("backend", self.backend, self.backend_reason),
         ]
-        rows += [
-            (name, getattr(self.load, name), self.sources[name]) for name in ("n_ctx", "n_threads", "n_gpu_layers")
-        ]
+        names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
+        names += ["max_kv_size"] if self.backend == "mlx" else []
+        rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
         return rows
 
@@ -89,11 +110,20 @@ def plan_run(
     available_memory: Callable[[], int],
     load_defaults: Callable[[], Mapping[str, int]],
     progress: Progress | None = None,
+    backend: str = "auto",
+    here: Platform | None = None,
 ) -> RunPlan:
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
-    located = locate(registry, model_name, progress)
+    merge_layers(
+        LoadParams, [("default", {"n_ctx": 4096, "n_threads": 1, "n_gpu_layers": 0}), (COMMAND_LINE, load_flags)]
+    )
+    located = locate(registry, model_name, progress, backend, here)
     resolved, model_source, header = located.model, located.source, located.header
+    if located.backend.backend == "gguf" and load_flags.get("max_kv_size") is not None:
+        raise UsageError(
+            "--max-kv-size is MLX's rotating KV cache; llama.cpp's KV cache is sized by --ctx", "use --ctx N"
+        )
     entry = resolved.entry
     sampling, sources = merge_layers(
         SamplingParams,
@@ -116,6 +146,13 @@ def plan_run(
             f"--ctx {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
             "expect worse output past that point"
         )
+    if located.backend.backend == "mlx":
+        warnings += mlx_warnings(load, load_sources, geom)
+        if header.metadata.get("mlx.quantization.bits") and not (here or select.this_platform()).apple_silicon:
+            warnings.append(
+                "MLX on the CPU: quantized weights are expanded to bfloat16 at load "
+                "(mlx's CPU quantized kernels are slow and inexact); memory use is that of the 16-bit model"
+            )
     memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
     available = available_memory()
@@ -130,8 +167,39 @@ def plan_run(
             raise InsufficientMemory(message, "lower --ctx, or pass --force to try anyway")
         warnings.append(message + "; loading anyway (--force)")
     return RunPlan(
-        resolved, model_source, "gguf", header, load, sampling, {**sources, **load_sources}, memory, tuple(warnings)
+        resolved,
+        model_source,
+        located.backend.backend,
+        located.backend.reason,
+        header,
+        load,
+        sampling,
+        {**sources, **load_sources},
+        memory,
+        tuple(warnings),
     )
+
+
+def mlx_warnings(load: LoadParams, sources: Mapping[str, str], geom: Geometry | None) -> list[str]:
+    """Load settings MLX cannot honour as given, one line each (never a silent change)."""
+    warnings = []
+    if sources.get("n_threads") == COMMAND_LINE:
+        warnings.append("--threads is ignored by the MLX backend (MLX schedules its own threads)")
+    if sources.get("n_gpu_layers") == COMMAND_LINE:
+        warnings.append("--gpu-layers is ignored by the MLX backend (it places the whole model on its device)")
+    if load.kv_type != "f16" and load.max_kv_size:
+        warnings.append("--kv-bits is not applied with --max-kv-size: mlx-lm cannot quantize a rotating cache")
+    elif load.kv_type != "f16" and geom and geom.n_swa_layers:
+        warnings.append(
+            f"--kv-bits: mlx-lm cannot quantize a sliding-window cache, so {geom.n_swa_layers} of "
+            f"{geom.n_layers} layers keep a 16-bit KV cache"
+        )
+    if load.max_kv_size and geom and geom.n_swa_layers and load.max_kv_size < geom.sliding_window:
+        warnings.append(
+            f"--max-kv-size {load.max_kv_size} applies to the {geom.n_layers - geom.n_swa_layers} global layers; "
+            f"sliding-window layers keep their {geom.sliding_window}-token window"
+        )
+    return warnings
 
 
 def load(run_plan: RunPlan) -> LoadedModel:

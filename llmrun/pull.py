@@ -16,15 +16,62 @@ from llmrun.errors import ModelNotFound
 from llmrun.resolve import choose
 from llmrun.store import Progress, editing_index, read_index
 
+MLX_FILES = ("*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken")
+"""What an MLX model directory needs (mlx-lm's own download patterns; never *.py: no remote code)."""
+
 
 def local(key: str) -> Path | None:
-    """The first file of an indexed model whose files are all present and whole."""
+    """The model's path (its first file; an MLX model's directory) when all its files are present and whole."""
     entry = read_index().get(key)
     if not entry:
         return None
     paths = [Path(f["path"]) for f in entry["files"]]
     sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, entry["files"], strict=True))
-    return paths[0] if paths and sizes_ok else None
+    if not (paths and sizes_ok):
+        return None
+    return paths[0].parent if entry.get("format") == "mlx" else paths[0]
+
+
+def fetch_mlx(
+    key: str, repo: str, *, revision: str | None = None, progress: Progress | None = None
+) -> tuple[Path, str]:
+    """The local directory of an MLX repo (pulling its model files if needed)."""
+    import fnmatch
+
+    found = local(key)
+    if found is not None:
+        return found, f"{key} is already here"
+    _need_online(key)
+    commit, remote = hub.list_files(repo, revision)
+    chosen = [f for f in remote if "/" not in f.name and any(fnmatch.fnmatch(f.name, p) for p in MLX_FILES)]
+    if not any(f.name == "config.json" for f in chosen) or not any(f.name.endswith(".safetensors") for f in chosen):
+        raise ModelNotFound(f"{repo} is not an MLX model repo (no config.json and *.safetensors)", "check the name")
+    paths = [hub.download(repo, f, commit, progress) for f in chosen]
+    _record(key, repo, commit, None, [(f.name, f.sha256, f.size, p) for f, p in zip(chosen, paths, strict=True)], "mlx")
+    return paths[0].parent, f"{repo}: {len(chosen)} files (MLX)"
+
+
+def _need_online(key: str) -> None:
+    if hub.offline():
+        raise ModelNotFound(
+            f"{key} is not downloaded and llmrun is offline",
+            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
+        )
+
+
+def _record(
+    key: str, repo: str, commit: str, quant: str | None, files: list[tuple[str, str | None, int, Path]], form: str
+) -> None:
+    record = {
+        "repo": repo,
+        "revision": commit,
+        "quant": quant,
+        "format": form,
+        "files": [{"name": n, "sha256": sha, "size": size, "path": str(path)} for n, sha, size, path in files],
+        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    with editing_index() as models:
+        models[key] = record
 
 
 def fetch(
@@ -40,11 +87,7 @@ def fetch(
     found = local(key)
     if found is not None:
         return found, f"{key} is already here"
-    if hub.offline():
-        raise ModelNotFound(
-            f"{key} is not downloaded and llmrun is offline",
-            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
-        )
+    _need_online(key)
     commit, remote = hub.list_files(repo, revision)
     names = [f.name for f in remote]
     if file is not None:
@@ -55,18 +98,8 @@ def fetch(
         chosen, why = choose(names, quant)
     by_name = {f.name: f for f in remote}
     paths = [hub.download(repo, by_name[name], commit, progress) for name in chosen]
-    record = {
-        "repo": repo,
-        "revision": commit,
-        "quant": quant,
-        "files": [
-            {"name": name, "sha256": by_name[name].sha256, "size": by_name[name].size, "path": str(path)}
-            for name, path in zip(chosen, paths, strict=True)
-        ],
-        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    with editing_index() as models:
-        models[key] = record
+    files = [(n, by_name[n].sha256, by_name[n].size, p) for n, p in zip(chosen, paths, strict=True)]
+    _record(key, repo, commit, quant, files, "gguf")
     return paths[0], f"{repo}: {why}"
 
 

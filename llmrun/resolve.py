@@ -21,12 +21,15 @@ from llmrun.store import Progress, ensure_embedded
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
     name: str  # what to call it in output: the alias, or the path as given
-    path: Path  # the local GGUF file
+    path: Path  # the local GGUF file, or MLX directory
     entry: ModelEntry | None  # its models.toml entry, when it has one
     detail: str = ""  # what was chosen or fetched, for the user
 
 
-def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None) -> ResolvedModel:
+def resolve(
+    ref: ModelRef, registry: Registry, progress: Progress | None = None, backend: str = "gguf"
+) -> ResolvedModel:
+    """The local files of ``ref`` in the form ``backend`` runs (a GGUF file, or an MLX directory)."""
     if ref.kind == "hub" and ref.file and Path(ref.text).is_file():
         ref = ModelRef("path", ref.text, ref.text)  # a local dir/sub/file.gguf, not a repo file
     if ref.kind == "path":
@@ -36,6 +39,8 @@ def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None)
         return ResolvedModel(ref.name, path, None)
     from llmrun import pull
 
+    if backend == "mlx":
+        return _resolve_mlx(ref, registry, progress)
     if ref.kind == "hub":
         key = f"{ref.name}/{ref.file}" if ref.file else f"{ref.name}:{ref.tag}" if ref.tag else ref.name
         path, detail = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
@@ -51,6 +56,30 @@ def resolve(ref: ModelRef, registry: Registry, progress: Progress | None = None)
     file = files.get(quant) if quant else None
     key = entry.name if quant is None or quant == _default_quant(files) else f"{entry.name}-{quant.lower()}"
     path, detail = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
+    return ResolvedModel(key, path, entry, detail)
+
+
+def _resolve_mlx(ref: ModelRef, registry: Registry, progress: Progress | None) -> ResolvedModel:
+    from llmrun import pull
+
+    if ref.kind == "hub":
+        path, detail = pull.fetch_mlx(ref.name, ref.name, progress=progress)
+        return ResolvedModel(ref.name, path, None, detail)
+    entry = registry.get(ref.name)
+    bits: str | None = None
+    if entry is None:  # name-q8 → the 8-bit MLX repo
+        base, _, suffix = ref.name.rpartition("-")
+        entry = registry.get(base) if base else None
+        bits = suffix.lstrip("qQ").split("_")[0] if entry is not None else None
+    if entry is None:
+        raise _unknown_alias(ref, registry)
+    if not entry.mlx:
+        raise ModelNotFound(f"{entry.name} has no MLX source in models.toml", 'add mlx = { "4" = "owner/repo" }')
+    bits = bits or ("4" if "4" in entry.mlx else sorted(entry.mlx)[0])
+    if bits not in entry.mlx:
+        raise ModelNotFound(f"{entry.name} has no {bits}-bit MLX source", f"available: {', '.join(entry.mlx)} bit")
+    key = f"{entry.name}-mlx-{bits}bit"
+    path, detail = pull.fetch_mlx(key, entry.mlx[bits], progress=progress)
     return ResolvedModel(key, path, entry, detail)
 
 

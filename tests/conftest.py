@@ -62,3 +62,36 @@ def gemma(gemma_cache: Path, hermetic_env: Path) -> Iterator[Path]:
         except OSError:
             shutil.copy2(source, target)
     yield target_dir / gemma_cache.name
+
+
+def _converter_version() -> str:
+    """Converted models are cached per version of the conversion code, so a change re-converts."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("convert.py", "hfconfig.py"):
+        digest.update((ROOT / "llmrun" / "quantize" / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _converted(gemma_cache: Path, bits: int) -> Path:
+    from filelock import FileLock
+
+    from llmrun.quantize.convert import gguf_to_mlx
+
+    target = _machine_cache() / f"gemma-mlx-{bits}bit-{_converter_version()}"
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").is_file():
+            gguf_to_mlx(gemma_cache, target, bits=bits, force=target.exists())
+    return target
+
+
+@pytest.fixture(scope="session")
+def gemma_mlx16(gemma_cache: Path) -> Path:
+    """The packaged Gemma GGUF converted to a 16-bit (bfloat16) MLX directory, once per machine."""
+    return _converted(gemma_cache, 16)
+
+
+@pytest.fixture(scope="session")
+def gemma_mlx8(gemma_cache: Path) -> Path:
+    return _converted(gemma_cache, 8)

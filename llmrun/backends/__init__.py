@@ -8,7 +8,7 @@ from typing import cast
 from llmrun.backends.base import Backend
 from llmrun.errors import UsageError
 
-_BACKENDS = {"gguf": ("llmrun.backends.gguf", "GgufBackend")}
+_BACKENDS = {"gguf": ("llmrun.backends.gguf", "GgufBackend"), "mlx": ("llmrun.backends.mlx", "MlxBackend")}
 
 
 def names() -> tuple[str, ...]:

@@ -34,6 +34,7 @@ class LoadParams:
     n_gpu_layers: int  # -1: all layers
     kv_type: str = "f16"  # element type of the KV cache: f16, q8_0 or q4_0
     vocab_only: bool = False  # load the tokenizer only (tokenize, fast)
+    max_kv_size: int | None = None  # MLX: a rotating KV cache of this many tokens (None: grows to n_ctx)
 
     def __post_init__(self) -> None:
         if self.kv_type not in KV_TYPES:
@@ -46,6 +47,10 @@ class LoadParams:
             raise InvalidParameter("n_gpu_layers", self.n_gpu_layers, "an integer (-1 = all)")
         if self.n_gpu_layers < -1:
             raise InvalidParameter("n_gpu_layers", self.n_gpu_layers, ">= -1 (-1 = all layers)")
+        if self.max_kv_size is not None and (
+            isinstance(self.max_kv_size, bool) or not isinstance(self.max_kv_size, int) or self.max_kv_size < 16
+        ):
+            raise InvalidParameter("max_kv_size", self.max_kv_size, "an integer >= 16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,9 @@ class LoadedModel(Protocol):
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]: ...
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]: ...
+
+    # teacher forcing: the raw logits after ids[:1], ids[:2], …, as (positions × vocabulary) chunks
+    def position_logits(self, ids: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]: ...
 
     def generate_batch(
         self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int

@@ -204,6 +204,15 @@ class GgufModel:
         result: npt.NDArray[np.float32] = np.array(self._last_logits(), dtype=np.float32)
         return result
 
+    def position_logits(self, ids: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
+        """One token at a time (llama.cpp keeps only the last row's logits unless logits_all)."""
+        import numpy as np
+
+        self.reset()
+        for token in ids:
+            self.eval([token])
+            yield np.array(self._last_logits(), dtype=np.float32)[None, :]
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.llama.close()

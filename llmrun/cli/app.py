@@ -104,7 +104,7 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import batch, bench, chat, inspect, models, run
+    from llmrun.cli import batch, bench, chat, convert, doctor, inspect, models, run
 
     app.command("run")(run.run)
     app.command("chat")(chat.chat)
@@ -116,6 +116,8 @@ def _register() -> None:
     app.command("list")(models.list_models)
     app.command("rm")(models.rm)
     app.command("bench")(bench.bench)
+    app.command("convert")(convert.convert)
+    app.command("doctor")(doctor.doctor)
 
 
 _register()

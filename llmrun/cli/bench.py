@@ -18,7 +18,9 @@ def bench(
         list[str] | None,
         typer.Option("--model", "-m", help="Model to measure (repeatable). Default: the default model."),
     ] = None,
-    backend: Annotated[str, typer.Option("--backend", help="Backend (repeatable as a comma list).")] = "gguf",
+    backend: Annotated[
+        str, typer.Option("--backend", help="auto, gguf or mlx; several as a comma list (gguf,mlx).")
+    ] = "auto",
     n_prompt: Annotated[int, typer.Option("--n-prompt", "-p", min=1, help="Prompt tokens to process.")] = 512,
     n_gen: Annotated[int, typer.Option("--n-gen", "-n", min=1, help="Tokens to generate.")] = 128,
     repetitions: Annotated[
@@ -45,7 +47,7 @@ def bench(
     from llmrun.pipeline import locate
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
-    backend_names = _choices(backend, backends.names(), "--backend")
+    backend_names = _choices(backend, ("auto", *backends.names()), "--backend")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
     registry = load_registry()
@@ -53,8 +55,9 @@ def bench(
     rows: list[dict[str, Any]] = []
     names: list[str | None] = list(model) if model else [None]
     for name in names:
-        located = locate(registry, name)
-        for backend_name in backend_names:
+        for requested in backend_names:
+            located = locate(registry, name, backend=requested)
+            backend_name = located.backend.backend
             for kv in kv_types:
                 params = LoadParams(
                     n_ctx=max(n_prompt + n_gen + 16, 64),

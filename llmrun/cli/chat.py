@@ -66,6 +66,9 @@ def chat(
     ctx: o.CtxOpt = None,
     threads: o.ThreadsOpt = None,
     gpu_layers: o.GpuLayersOpt = None,
+    backend: o.BackendOpt = "auto",
+    kv_bits: o.KvBitsOpt = None,
+    max_kv_size: o.MaxKvSizeOpt = None,
     force: o.ForceOpt = False,
 ) -> None:
     """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
@@ -83,7 +86,7 @@ def chat(
     if template is not None and template not in BUILTIN_TEMPLATES:
         raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
     flags = o.sampling_values(locals())
-    run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}, force)
+    run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
     name, source = choose_template(template, run_plan)
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)

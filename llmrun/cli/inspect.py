@@ -27,6 +27,7 @@ def tokenize(
         bool, typer.Option("--special", help="Read special-token markup in TEXT as special tokens.")
     ] = False,
     bos: Annotated[bool, typer.Option("--bos/--no-bos", help="Add the model's beginning-of-text token.")] = True,
+    backend: o.BackendOpt = "auto",
     json_output: o.JsonOpt = False,
 ) -> None:
     """Show how a model splits text into tokens: ids, pieces, counts.
@@ -40,8 +41,8 @@ def tokenize(
     from llmrun.tokens import spans
 
     source = _text_or_error(text, "tokenize")
-    located = locate(load_registry(), model)
-    vocab = load_vocabulary(located.model.path, LoadParams(512, 1, 0, vocab_only=True))
+    located = locate(load_registry(), model, backend=backend)
+    vocab = load_vocabulary(located.model.path, LoadParams(512, 1, 0, vocab_only=True), located.backend.backend)
     try:
         ids = vocab.tokenize(source, special=special, add_bos=bos and vocab.adds_bos)
         pieces = {i: vocab.token_bytes(i, special=True) for i in set(ids)}
@@ -87,6 +88,7 @@ def next_token(
     raw: o.RawOpt = False,
     ctx: o.CtxOpt = None,
     threads: o.ThreadsOpt = None,
+    backend: o.BackendOpt = "auto",
     force: o.ForceOpt = False,
     json_output: o.JsonOpt = False,
 ) -> None:
@@ -100,7 +102,7 @@ def next_token(
 
     text = _text_or_error(prompt, "next")
     flags = o.sampling_values(locals())
-    run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}, force)
+    run_plan = plan(model, flags, o.load_values(ctx, threads, None), force, backend)
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)
         try:

@@ -15,8 +15,11 @@ from llmrun.errors import UsageError
 
 
 def show(
-    model: Annotated[str | None, typer.Argument(help="Model alias or .gguf path. Default: the default model.")] = None,
+    model: Annotated[
+        str | None, typer.Argument(help="Model alias, .gguf path or MLX directory. Default: the default model.")
+    ] = None,
     ctx: o.CtxOpt = None,
+    backend: o.BackendOpt = "auto",
     json_output: o.JsonOpt = False,
 ) -> None:
     """Architecture, size, tensor types, chat template, licence, and a memory plan.
@@ -44,7 +47,7 @@ def show(
     if ctx is not None and ctx < 16:
         raise UsageError(f"--ctx must be an integer >= 16, got {ctx}", "pass a larger context")
     with render.status("Reading the model…"):
-        located = locate(load_registry(), model)
+        located = locate(load_registry(), model, backend=backend)
     header, resolved = located.header, located.model
     geom = geometry(header)
     n_ctx = ctx or (resolved.entry.context if resolved.entry and resolved.entry.context else default_context(geom))
@@ -56,6 +59,7 @@ def show(
         "file_size": header.file_size,
         "sha256": recorded_sha256(resolved.path) or _indexed_sha256(resolved.path),
         "architecture": header.architecture,
+        "backend": located.backend.backend,
         "model_name": header.metadata.get("general.name"),
         "parameters": parameter_count(header),
         "context_length": geom.context_train if geom else None,
@@ -96,6 +100,7 @@ def show(
 
 def pull(
     model: Annotated[str, typer.Argument(help="alias[:tag][-quant], owner/repo[:QUANT], or owner/repo/file.gguf")],
+    backend: o.BackendOpt = "auto",
 ) -> None:
     """Download a model from the Hugging Face Hub into the local store, verified by sha256.
 
@@ -103,14 +108,14 @@ def pull(
     """
     from llmrun.cli import render
     from llmrun.config import load_registry
+    from llmrun.pipeline import locate
     from llmrun.refs import ModelRef
-    from llmrun.resolve import resolve
 
     ref = ModelRef.parse(model)
     if ref.kind == "path":
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
     with render.download_progress() as progress:
-        resolved = resolve(ref, load_registry(), progress)
+        resolved = locate(load_registry(), model, progress, backend).model
     detail = resolved.detail or resolved.name
     render.note(detail if detail.startswith(resolved.name) else f"{resolved.name}: {detail}")
     render.note(str(resolved.path))
@@ -127,8 +132,11 @@ def list_models(json_output: o.JsonOpt = False) -> None:
         size = sum(f["size"] for f in entry["files"])
         present = all(Path(f["path"]).is_file() for f in entry["files"])
         rows.append({
-            "name": name, "format": "gguf", "repo": entry["repo"], "files": [f["name"] for f in entry["files"]],
-            "size": size, "pulled": entry["pulled"], "path": entry["files"][0]["path"], "present": present,
+            "name": name, "format": entry.get("format", "gguf"), "repo": entry["repo"],
+            "files": [f["name"] for f in entry["files"]], "size": size, "pulled": entry["pulled"],
+            "path": str(Path(entry["files"][0]["path"]).parent) if entry.get("format") == "mlx"
+            else entry["files"][0]["path"],
+            "present": present,
         })  # fmt: skip
     for gguf in sorted((store_dir() / "embedded").glob("*.gguf")):
         stat = gguf.stat()

@@ -35,7 +35,10 @@ FLAG_FOR_FIELD = {
     "n_ctx": "--ctx",
     "n_threads": "--threads",
     "n_gpu_layers": "--gpu-layers",
+    "kv_type": "--kv-bits",
+    "max_kv_size": "--max-kv-size",
 }
+KV_BITS_TYPES = {4: "q4_0", 8: "q8_0", 16: "f16"}
 
 
 SAMPLING_FIELDS = tuple(f.name for f in fields(SamplingParams))
@@ -198,6 +201,54 @@ GpuLayersOpt = Annotated[
         show_default=False,
     ),
 ]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="auto, gguf (llama.cpp) or mlx. auto: MLX on Apple silicon when the model has an MLX form, "
+        "an MLX directory on MLX, everything else on llama.cpp.",
+        rich_help_panel=LOADING,
+    ),
+]
+KvBitsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--kv-bits",
+        help="Quantize the KV cache to 4 or 8 bits (GGUF: q4_0/q8_0 K and V; MLX: a quantized cache). Default: 16.",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
+]
+MaxKvSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-kv-size",
+        help="MLX: a rotating KV cache of N tokens (the first 4 stay, the oldest are overwritten).",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
+]
+
+
+def load_values(
+    ctx: int | None,
+    threads: int | None,
+    gpu_layers: int | None,
+    kv_bits: int | None = None,
+    max_kv_size: int | None = None,
+) -> dict[str, Any]:
+    """The load options a command was given, by :class:`LoadParams` field (None: not given)."""
+    if kv_bits is not None and kv_bits not in KV_BITS_TYPES:
+        raise UsageError(f"--kv-bits must be 4, 8 or 16, got {kv_bits}", "4 and 8 quantize the KV cache; 16 does not")
+    return {
+        "n_ctx": ctx,
+        "n_threads": threads,
+        "n_gpu_layers": gpu_layers,
+        "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
+        "max_kv_size": max_kv_size,
+    }
+
+
 ForceOpt = Annotated[
     bool,
     typer.Option(

@@ -480,3 +480,34 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
             row["path"],
         )
     Console(highlight=False).print(grid)
+
+
+@contextmanager
+def work_progress() -> Iterator[Any]:
+    """A progress callback (what, done, total) for counted work (tensors): a Rich bar with
+    the count and elapsed time on a terminal; a plain line every 10% otherwise."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = err_console()
+    if not console.is_terminal:
+        shown: dict[str, int] = {}
+
+        def plain(name: str, done: int, total: int) -> None:
+            step = int(10 * done / total) if total else 0
+            if shown.get(name, -1) < step:
+                shown[name] = step
+                console.print(f"{name}: {done} of {total}", highlight=False)
+
+        yield plain
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total or None)
+            bar.update(tasks[name], completed=done, total=total or None)
+
+        yield update

@@ -57,6 +57,9 @@ def run(
     ctx: o.CtxOpt = None,
     threads: o.ThreadsOpt = None,
     gpu_layers: o.GpuLayersOpt = None,
+    backend: o.BackendOpt = "auto",
+    kv_bits: o.KvBitsOpt = None,
+    max_kv_size: o.MaxKvSizeOpt = None,
     force: o.ForceOpt = False,
     stats: o.StatsOpt = False,
     json_output: o.JsonOpt = False,
@@ -96,7 +99,8 @@ def run(
         raise UsageError(
             "no prompt given", 'pass it as an argument (llmrun run "Hello") or pipe it: echo Hello | llmrun run'
         )
-    run_plan = plan(model, flags, {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": gpu_layers}, force)
+    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
+    run_plan = plan(model, flags, load_flags, force, backend)
     if show_params:
         _show_params(run_plan.settings(), system, raw)
         if not text.strip():
@@ -104,7 +108,9 @@ def run(
     _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs))
 
 
-def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool) -> RunPlan:
+def plan(
+    model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool, backend: str = "auto"
+) -> RunPlan:
     """Plan a run behind a spinner; bad values are worded for their flags; warnings shown."""
     from llmrun.cli import render
     from llmrun.config import load_registry
@@ -123,6 +129,7 @@ def plan(model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any]
                 available_memory=available_memory,
                 load_defaults=load_defaults,
                 progress=progress,
+                backend=backend,
             )
     except InvalidParameter as exc:
         raise o.flag_error(exc) from None
@@ -142,8 +149,17 @@ def load_defaults() -> dict[str, int]:
 def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
     from llmrun.cli import render
 
+    kv_bits = {kv: f"{bits} ({kv})" for bits, kv in o.KV_BITS_TYPES.items()}
     rows = [
-        (o.FLAG_FOR_FIELD.get(name, name), "random (per run)" if name == "seed" and value is None else value, source)
+        (
+            o.FLAG_FOR_FIELD.get(name, name),
+            "random (per run)"
+            if name == "seed" and value is None
+            else kv_bits.get(value, value)
+            if name == "kv_type"
+            else value,
+            source,
+        )
         for name, value, source in settings
     ]
     rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
@@ -230,6 +246,7 @@ def _report(
         "model": run_plan.model.name,
         "model_path": str(run_plan.model.path),
         "backend": run_plan.backend,
+        "backend_reason": run_plan.backend_reason,
         "prompt_format": prompt_format,
         "params": {name: value for name, value, _ in run_plan.settings() if name not in ("model", "backend")},
         "tokens": {"prompt": s.prompt_tokens, "generated": s.generated_tokens},
@@ -255,6 +272,7 @@ def _print_stats(report: dict[str, Any]) -> None:
     n = report["tokens"]
     stop = report["stop_reason"] + (f" ({report['stop_string']!r})" if report["stop_string"] else "")
     rows = [
+        ("backend", f"{report['backend']} ({report['backend_reason']})"),
         ("load", f"{t['load_s']:.2f} s"),
         ("time to first token", f"{t['time_to_first_token_s']:.3f} s"),
         ("prompt", f"{n['prompt']} tokens, {t['prompt_tokens_per_s']:.1f} tok/s"),

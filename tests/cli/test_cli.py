@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,9 @@ def test_help_and_version() -> None:
         "--json",
         "--show-params",
         "--force",
+        "--backend",
+        "--kv-bits",
+        "--max-kv-size",
     ):
         assert flag in out, flag
     assert "Default: 0.8." in out and "Default: 512." in out  # defaults survive Rich markup
@@ -74,6 +79,9 @@ def test_python_dash_m_and_help_keep_heavy_modules_out() -> None:
         (["--seed", "-3"], "--seed must be in [0,"),
         (["-n", "0"], "--max-tokens must be >= 1, or -1"),
         (["--temperature", "nan"], "--temperature must be a finite number"),
+        (["--backend", "cuda"], "--backend must be one of auto, gguf, mlx"),
+        (["--kv-bits", "3"], "--kv-bits must be 4, 8 or 16"),
+        (["--max-kv-size", "2"], "--max-kv-size must be an integer >= 16"),
     ],
 )
 def test_bad_flag_values_get_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -182,7 +190,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
         (["next", "hi", "--top-p", "2"], 2, "--top-p must be in (0, 1]"),
         (["show", "--ctx", "4"], 2, "--ctx must be an integer >= 16"),
         (["bench", "-p", "0"], 2, "--n-prompt"),
-        (["bench", "--backend", "onnx"], 2, "choose from gguf"),
+        (["bench", "--backend", "onnx"], 2, "choose from auto, gguf, mlx"),
         (["show", "no-such-model"], 1, "unknown model"),
     ],
 )
@@ -209,3 +217,15 @@ def test_a_bad_default_model_says_where_it_was_set(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("LLMRUN_MODEL", "nope")
     code, _, err = invoke(["run", "hi"])
     assert code == 1 and "unknown model 'nope' (the default model, set by LLMRUN_MODEL)" in err
+
+
+def test_doctor_reports_versions_paths_and_problems_with_fixes() -> None:
+    code, out, err = invoke(["doctor", "--json"])
+    report = json.loads(out)
+    assert code == (1 if report["problems"] else 0), err
+    assert report["versions"]["llama-cpp-python"]
+    assert report["paths"]["data (LLMRUN_HOME)"] == os.environ["LLMRUN_HOME"]
+    assert report["llama_cpp"]["gpu_offload"] in (True, False)
+    assert all(p["fix"] for p in report["problems"])
+    code, out, err = invoke(["doctor"])
+    assert "llama-cpp-python" in out and "Traceback" not in err

@@ -202,3 +202,25 @@ def test_hostile_names_never_reach_the_network(hub: FakeHub, name: str) -> None:
     code, _, err = invoke(["pull", name])
     assert code != 0 and "Traceback" not in err
     assert hub.requests == []
+
+
+def test_an_mlx_repo_is_pulled_as_a_directory_and_runs_on_mlx(hub: FakeHub, gemma_mlx8: Path) -> None:
+    repo = "mlx-community/gemma-test-8bit"
+    for file in sorted(gemma_mlx8.iterdir()):
+        hub.add(repo, file.name, file)
+    hub.add(repo, "modeling_evil.py", gemma_mlx8 / "config.json")  # remote code is never fetched
+    code, _, err = invoke(["pull", repo])
+    assert code == 0, err
+    code, out, _ = invoke(["list", "--json"])
+    (row,) = json.loads(out)
+    assert row["format"] == "mlx" and "modeling_evil.py" not in row["files"] and "config.json" in row["files"]
+    assert (Path(row["path"]) / "model.safetensors").is_file()
+    code, out, err = invoke(["run", "-m", repo, "-t", "0", "-n", "4", "--raw", "--json", "The capital of France is"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["backend"] == "mlx" and report["backend_reason"] == "auto: the model exists only as MLX"
+    assert report["tokens"]["generated"] == 4
+    assert not [r for r in hub.requests if "modeling_evil" in r]
+    code, _, err = invoke(["rm", repo, "--yes"])
+    assert code == 0, err
+    assert not (Path(row["path"]) / "model.safetensors").exists()

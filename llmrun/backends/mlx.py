@@ -1,0 +1,385 @@
+"""The MLX backend: mlx-lm on Apple silicon (``mlx[cpu]`` on Linux, for correctness).
+
+``mlx``/``mlx_lm`` are imported only when a model is loaded. :func:`make_sampler`
+is the one place :class:`SamplingParams` becomes an MLX sampler (mlx-lm's own
+filters, composed in llama.cpp's order so both backends mean the same thing by
+the same flags) and :func:`make_processors` the one place for penalties.
+Model code from a model directory never runs: ``trust_remote_code`` stays off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
+from llmrun.errors import BackendError
+from llmrun.generation import assemble
+from llmrun.sampling import SamplingParams, log_softmax, top_indices
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
+KV_GROUP_SIZE = 64
+PREFILL_STEP = 512
+EOG_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "<|eom_id|>", "</s>")
+"""Tokens that end a turn (llama.cpp's end-of-generation set), besides the configured EOS."""
+
+
+def make_sampler(params: SamplingParams, vocab_size: int) -> Callable[[Any], Any]:
+    """log-probabilities → token: top-k → top-p → min-p → temperature → draw (greedy at t=0)."""
+    import mlx.core as mx
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
+
+    if params.greedy:
+        return lambda logprobs: mx.argmax(logprobs, axis=-1)
+    filters: list[Callable[[Any], Any]] = []
+    if 0 < params.top_k < vocab_size:
+        filters.append(lambda x: apply_top_k(x, params.top_k))
+    if 0 < params.top_p < 1.0:
+        filters.append(lambda x: apply_top_p(x, params.top_p))
+    if params.min_p > 0:
+        filters.append(lambda x: apply_min_p(x, params.min_p))
+
+    def sample(logprobs: Any) -> Any:
+        for apply in filters:
+            logprobs = apply(logprobs)
+        return categorical_sampling(logprobs, params.temperature)
+
+    return sample
+
+
+def make_processors(params: SamplingParams, n_ctx: int, prompt_length: int) -> list[Callable[[Any, Any], Any]]:
+    """Penalty processors over the generated tokens only, as the GGUF backend applies them."""
+    from mlx_lm.sample_utils import make_logits_processors
+
+    window = n_ctx if params.repeat_last_n == -1 else params.repeat_last_n
+    if window == 0:
+        return []
+    processors = make_logits_processors(
+        repetition_penalty=params.repeat_penalty if params.repeat_penalty != 1.0 else None,
+        repetition_context_size=window,
+        presence_penalty=params.presence_penalty or None,
+        presence_context_size=window,
+        frequency_penalty=params.frequency_penalty or None,
+        frequency_context_size=window,
+    )
+
+    def generated_only(process: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        return lambda tokens, logits: process(tokens[prompt_length:], logits)
+
+    return [generated_only(p) for p in processors]
+
+
+def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
+    """How a vocabulary entry spells its bytes: byte-level BPE, or sentencepiece with byte fallback."""
+    decoder = json.loads(tokenizer.backend_tokenizer.to_str()).get("decoder") or {}
+    if "ByteLevel" in json.dumps(decoder):
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        table = {char: byte for byte, char in bytes_to_unicode().items()}
+        return lambda token: bytes(table[c] for c in token if c in table)
+
+    def sentencepiece(token: str) -> bytes:
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            with contextlib.suppress(ValueError):
+                return bytes([int(token[3:5], 16)])
+        return token.replace("\u2581", " ").encode("utf-8")
+
+    return sentencepiece
+
+
+class MlxModel:
+    """A loaded MLX model; implements :class:`llmrun.backends.base.LoadedModel`."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: dict[str, Any], path: Path, params: LoadParams) -> None:
+        self.model = model
+        self.tokenizer = tokenizer  # transformers tokenizer
+        self.config = config
+        self.path = path
+        self.n_ctx = params.n_ctx
+        self.load_params = params
+        self.warnings: list[str] = []
+        self._spell = _piece_decoder(tokenizer)
+        self._special = set(tokenizer.all_special_ids)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._eog = self._end_ids()
+        self._cache: list[Any] | None = None
+        self._held: list[int] = []  # the tokens the cache holds, in order
+        self.reused = 0  # prompt tokens the last stream took from the cache instead of evaluating
+
+    # --- tokens ---------------------------------------------------------------
+    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
+        backend = self.tokenizer.backend_tokenizer
+        backend.encode_special_tokens = not special  # user text never becomes control tokens
+        try:
+            ids: list[int] = backend.encode(text, add_special_tokens=False).ids
+        finally:
+            backend.encode_special_tokens = False
+        bos = self.bos_id
+        return [bos, *ids] if add_bos and bos is not None else ids
+
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
+        key = (token_id, special)
+        cached = self._pieces.get(key)
+        if cached is None:
+            token = self.tokenizer.convert_ids_to_tokens(int(token_id))
+            if token is None:
+                cached = b""
+            elif token_id in self._special:
+                cached = token.encode("utf-8") if special else b""
+            else:
+                cached = self._spell(token)
+            self._pieces[key] = cached
+        return cached
+
+    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.token_bytes(i, special=special) for i in ids).decode("utf-8", errors="replace")
+
+    def _end_ids(self) -> set[int]:
+        configured = self.config.get("eos_token_id")
+        ends = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ends.add(self.tokenizer.eos_token_id)
+        vocab = self.tokenizer.get_vocab()
+        ends.update(vocab[text] for text in EOG_TEXTS if text in vocab)
+        return ends
+
+    def is_end(self, token_id: int) -> bool:
+        return token_id in self._eog
+
+    @property
+    def bos_id(self) -> int | None:
+        bos = self.tokenizer.bos_token_id
+        return int(bos) if bos is not None else None
+
+    @property
+    def eos_id(self) -> int | None:
+        eos = self.tokenizer.eos_token_id
+        return int(eos) if eos is not None else None
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the tokenizer's post-processor puts BOS first (what the model was trained with)."""
+        bos = self.bos_id
+        return bos is not None and self.tokenizer.backend_tokenizer.encode("a", add_special_tokens=True).ids[:1] == [
+            bos
+        ]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.get("vocab_size") or len(self.tokenizer))
+
+    # --- the KV cache -----------------------------------------------------------
+    def _new_cache(self) -> list[Any]:
+        """mlx-lm's cache for the model, with --max-kv-size and --kv-bits applied where mlx-lm can."""
+        from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache, make_prompt_cache
+
+        max_kv = self.load_params.max_kv_size
+        cache = make_prompt_cache(self.model, max_kv_size=max_kv)
+        bits = KV_BITS[self.load_params.kv_type]
+        for i, layer in enumerate(cache):
+            if max_kv and type(layer) is KVCache:  # models with their own make_cache ignore max_kv_size
+                cache[i] = layer = RotatingKVCache(max_size=max_kv, keep=4)
+            if bits and type(layer) is KVCache:
+                cache[i] = QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=bits)
+        return cache
+
+    def _prepare(self, ids: Sequence[int]) -> int:
+        """Reuse the cached prefix of ``ids``; returns how many leading tokens are already in the cache."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        keep = 0
+        for held, new in zip(self._held, ids, strict=False):
+            if held != new:
+                break
+            keep += 1
+        keep = min(keep, len(ids) - 1)  # the last prompt token must be evaluated for its logits
+        if self._cache is not None and keep > 0:
+            surplus = len(self._held) - keep
+            if surplus == 0 or (can_trim_prompt_cache(self._cache) and trim_prompt_cache(self._cache, surplus)):
+                self._held = self._held[:keep]
+                return keep
+        self.reset()
+        return 0
+
+    def reset(self) -> None:
+        self._cache = self._new_cache()
+        self._held = []
+
+    def eval(self, ids: Sequence[int]) -> None:
+        import mlx.core as mx
+
+        if self._cache is None:
+            self.reset()
+        if len(self._held) + len(ids) > self.n_ctx:
+            raise BackendError(
+                f"{len(self._held) + len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise --ctx"
+            )
+        for start in range(0, len(ids), PREFILL_STEP):
+            chunk = list(ids[start : start + PREFILL_STEP])
+            mx.eval(self.model(mx.array(chunk)[None], cache=self._cache))
+            self._held += chunk
+
+    # --- generation -----------------------------------------------------------
+    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        seed = params.run_seed()
+        if seed is not None:
+            mx.random.seed(seed)
+        ids = list(ids)
+        start = self.reused = self._prepare(ids)
+        suffix = ids[start:]
+        last: dict[str, Any] = {}
+
+        def sampled() -> Generator[int, None, None]:
+            steps = generate_step(
+                mx.array(suffix),
+                self.model,
+                max_tokens=-1,
+                sampler=make_sampler(params, self.vocab_size),
+                logits_processors=make_processors(params, self.n_ctx, len(suffix)),
+                prompt_cache=self._cache,
+                prefill_step_size=PREFILL_STEP,
+            )
+            self._held = ids  # generate_step feeds the whole suffix, then every token it yields
+            try:
+                for token, token_logprobs in steps:
+                    self._held = [*self._held, int(token)]
+                    last["logprobs"] = token_logprobs
+                    yield int(token)
+            finally:
+                steps.close()
+
+        yield from assemble(
+            sampled(),
+            self.token_bytes,
+            self.is_end,
+            prompt_tokens=len(ids),
+            n_ctx=self.n_ctx,
+            params=params,
+            seed=seed,
+            score=self._scorer(last, logprobs) if logprobs > 0 else None,
+        )
+
+    def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
+        import numpy as np
+
+        def score(token_id: int) -> tuple[float, tuple[Candidate, ...]]:
+            values = log_softmax(np.array(last["logprobs"].astype(_float32()), dtype=np.float32))
+            top = tuple(Candidate(i, self.token_bytes(i), float(values[i])) for i in top_indices(values, n))
+            return float(values[token_id]), top
+
+        return score
+
+    def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        """Raw next-token logits after ``ids`` (a fresh forward pass)."""
+        chunks = list(self.position_logits(ids))
+        last: npt.NDArray[np.float32] = chunks[-1][-1]
+        return last
+
+    def position_logits(self, ids: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
+        """Logits after each prefix of ``ids``, a chunk (positions × vocabulary) at a time."""
+        import mlx.core as mx
+        import numpy as np
+
+        self.reset()
+        for start in range(0, len(ids), PREFILL_STEP):
+            chunk = list(ids[start : start + PREFILL_STEP])
+            out = self.model(mx.array(chunk)[None], cache=self._cache)[0].astype(mx.float32)
+            mx.eval(out)
+            self._held += chunk
+            yield np.array(out, dtype=np.float32)
+
+    def generate_batch(
+        self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
+    ) -> Generator[BatchOutcome, None, None]:
+        """One request after another (MLX batching is not wired in yet)."""
+        for request in requests:
+            done: Done | None = None
+            try:
+                for event in self.stream(request.ids, request.params):
+                    if isinstance(event, Done):
+                        done = event
+            except BackendError as exc:
+                yield BatchOutcome(request.index, None, exc.message)
+                continue
+            yield BatchOutcome(request.index, done)
+
+    def close(self) -> None:
+        import mlx.core as mx
+
+        self._cache = None
+        self.model = None
+        mx.clear_cache()
+
+
+def _float32() -> Any:
+    import mlx.core as mx
+
+    return mx.float32
+
+
+def expand_on_cpu(config: dict[str, Any]) -> bool:
+    """Whether a quantized model's weights are expanded to bfloat16 at load: on the CPU only.
+
+    mlx's CPU kernels for quantized matrix products are slow (about 3 s a token for the 270M
+    test model, against 0.4 s expanded) and inexact (next-token KL to the source GGUF 0.23,
+    against 0.013 for the same quantized values expanded); Apple GPUs have fast, exact ones.
+    """
+    import mlx.core as mx
+
+    return "quantization" in config and mx.default_device() == mx.cpu
+
+
+def quiet_transformers() -> None:
+    """mlx-lm imports transformers, which prints "PyTorch was not found" unless told to keep quiet."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def is_mlx_dir(path: Path) -> bool:
+    """An MLX / Hugging Face model directory: ``config.json`` and safetensors weights."""
+    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+class MlxBackend:
+    name = "mlx"
+
+    def load(self, path: Path, params: LoadParams) -> MlxModel:
+        quiet_transformers()
+        try:
+            from mlx_lm.utils import load_config, load_model, load_tokenizer
+        except ImportError as exc:
+            raise BackendError(
+                "the MLX backend needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'"
+            ) from exc
+        if not is_mlx_dir(path):
+            raise BackendError(
+                f"{path} is not an MLX model directory (config.json and *.safetensors)",
+                f"convert a GGUF first: llmrun convert {path} --to mlx",
+            )
+        try:
+            config = load_config(path)
+            eos = config.get("eos_token_id")
+            tokenizer = load_tokenizer(path, eos_token_ids=eos if isinstance(eos, list) else None)._tokenizer
+            model = None
+            if not params.vocab_only:
+                model, config = load_model(path, lazy=False, strict=True, trust_remote_code=False)
+                if expand_on_cpu(config):
+                    from mlx_lm.utils import dequantize_model
+
+                    model = dequantize_model(model)
+        except (ValueError, FileNotFoundError, OSError, KeyError) as exc:
+            raise BackendError(
+                f"mlx-lm could not load {path.name}: {exc}",
+                "the directory may be incomplete or of an architecture this mlx-lm does not know; try --debug",
+            ) from exc
+        return MlxModel(model, tokenizer, config, path, params)

@@ -1,0 +1,50 @@
+"""``llmrun doctor``: versions, hardware, locations, and each problem with its fix."""
+
+from __future__ import annotations
+
+import typer
+
+from llmrun.cli import options as o
+
+
+def doctor(json_output: o.JsonOpt = False) -> None:
+    """Check this machine: platform, Python, llama.cpp and MLX builds, GPU offload, memory, disk, paths.
+
+    Each problem comes with the exact command that fixes it; the exit code is 1 when there are problems.
+    """
+    from llmrun import doctor as checks
+    from llmrun.cli import render
+    from llmrun.memory import format_bytes
+
+    with render.status("Checking…"):
+        facts = checks.gather()
+    problems = checks.diagnose(facts)
+    data = checks.report(facts)
+    if json_output:
+        render.print_json({**data, "problems": [{"what": p.what, "fix": p.fix} for p in problems]})
+    else:
+        v = data["versions"]
+        gpu = data["llama_cpp"]["gpu_offload"]
+        rows = [
+            ("platform", data["platform"]),
+            ("python", data["python"]),
+            *((name, version or "not installed") for name, version in v.items()),
+            ("llama.cpp GPU offload", "unknown" if gpu is None else "yes" if gpu else "no (CPU only)"),
+            ("MLX default device", data["mlx"]["default_device"] or "—"),
+            (
+                "memory",
+                f"{format_bytes(data['memory']['available'])} available of {format_bytes(data['memory']['total'])}",
+            ),
+            ("disk free (store)", format_bytes(data["disk_free"])),
+            *data["paths"].items(),
+            ("offline", "yes" if data["offline"] else "no"),
+        ]
+        render.table("", ["", ""], rows, header=False, stdout=True)
+        if data["llama_cpp"]["system_info"]:
+            render.note(f"llama.cpp: {data['llama_cpp']['system_info']}")
+        for problem in problems:
+            render.warn(f"{problem.what}\n  fix: {problem.fix}")
+        if not problems:
+            render.note("no problems found")
+    if problems:
+        raise typer.Exit(1)
