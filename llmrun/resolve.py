@@ -106,6 +106,8 @@ def _alias(ref: ModelRef, registry: Registry) -> tuple[ModelEntry, str | None]:
 
 
 def _unknown_alias(ref: ModelRef, registry: Registry) -> ModelNotFound:
+    if Path(ref.text).exists():  # names never become paths by themselves; say how to mean the path
+        return ModelNotFound(f"unknown model {ref.text!r}", f"for the local path, write ./{ref.text}")
     close = difflib.get_close_matches(ref.name, list(registry.models), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"known models: {', '.join(sorted(registry.models))}"
     return ModelNotFound(f"unknown model {ref.text!r}", hint)

@@ -48,10 +48,11 @@ def convert(
         r"[^A-Za-z0-9._-]+", "-", Path(located.model.name).stem if located.model.entry is None else located.model.name
     )
     dest = output or Path(f"{name}-mlx-{bits}bit")
+    shown = str(dest) if dest.is_absolute() or str(dest).startswith(".") else f"./{dest}"  # a path, not a name
     with render.work_progress() as progress:
         result = gguf_to_mlx(located.model.path, dest, bits=bits, group_size=group_size, force=force, progress=progress)
     render.note(
-        f"wrote {result.path} ({result.architecture}, {bits}-bit, {result.tensors} tensors, "
-        f"{format_bytes(result.size_bytes)}) in {result.seconds:.1f} s"
+        f"wrote {result.path} ({result.architecture}, {bits}-bit: {result.bits_per_weight:.2f} bits per weight, "
+        f"{result.tensors} tensors, {format_bytes(result.size_bytes)}) in {result.seconds:.1f} s"
     )
-    render.note(f'run it: llmrun run -m {result.path} --backend mlx "Hello"')
+    render.note(f'run it: llmrun run -m {shown} "Hello"')

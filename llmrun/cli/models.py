@@ -106,16 +106,19 @@ def pull(
 
     Example: llmrun pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0
     """
+    from llmrun.backends import select
     from llmrun.cli import render
     from llmrun.config import load_registry
-    from llmrun.pipeline import locate
     from llmrun.refs import ModelRef
+    from llmrun.resolve import resolve
 
     ref = ModelRef.parse(model)
     if ref.kind == "path":
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
+    registry = load_registry()
+    choice = select.choose(backend, model, select.forms(ref, registry), select.this_platform())
     with render.download_progress() as progress:
-        resolved = locate(load_registry(), model, progress, backend).model
+        resolved = resolve(ref, registry, progress, choice.backend)
     detail = resolved.detail or resolved.name
     render.note(detail if detail.startswith(resolved.name) else f"{resolved.name}: {detail}")
     render.note(str(resolved.path))

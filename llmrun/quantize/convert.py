@@ -43,6 +43,7 @@ class Converted:
     tensors: int
     size_bytes: int
     seconds: float
+    bits_per_weight: float
 
 
 def check_bits(bits: int, group_size: int) -> None:
@@ -135,17 +136,16 @@ def gguf_to_mlx(
     with _staging(dest, force) as staging:
         model = _build_model(config, header.architecture, tensors, progress)
         if bits != 16:
-            from mlx_lm.utils import quantize_model
+            model, config = _quantize(model, config, group_size, bits)
+        from mlx_lm.utils import compute_bits_per_weight, save_config, save_model
 
-            model, config = quantize_model(model, config, group_size, bits)
-        from mlx_lm.utils import save_config, save_model
-
+        bits_per_weight = float(compute_bits_per_weight(model))
         save_model(staging, model)
         save_config(config, staging / "config.json")
         write_tokenizer(reader, header.architecture, header.chat_template, staging)
     size = sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
     seconds = time.perf_counter() - started
-    return Converted(dest, header.architecture, bits, len(tensors), size, seconds)
+    return Converted(dest, header.architecture, bits, len(tensors), size, seconds, bits_per_weight)
 
 
 def _estimate(weight_bytes: int, bits: int) -> int:
@@ -182,6 +182,18 @@ def _staging(dest: Path, force: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _quantize(model: Any, config: dict[str, Any], group_size: int, bits: int) -> tuple[Any, dict[str, Any]]:
+    """mlx-lm's affine quantization; it prints its bits-per-weight line, which must not reach stdout."""
+    import contextlib
+    import io
+
+    from mlx_lm.utils import quantize_model
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        quantized, config = quantize_model(model, config, group_size, bits)
+    return quantized, config
 
 
 def _llama3_scaling(tensor: Any, config: dict[str, Any]) -> dict[str, Any]:
