@@ -90,6 +90,9 @@ def batch(
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
     run_plan = plan(model, flags, {"n_ctx": ctx or 2048, "n_threads": threads, "n_gpu_layers": None}, force)
+    if run_plan.backend == "mlx" and parallel > 1:
+        render.note("the MLX backend answers batch prompts one after another (--parallel 1)")
+        parallel = 1
     _check_memory(run_plan, parallel, force)
     if not todo:
         return
