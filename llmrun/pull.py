@@ -8,7 +8,9 @@ verified, and the model is recorded. Offline, only what is already here can be u
 
 from __future__ import annotations
 
+import fnmatch
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from llmrun import hub
@@ -21,57 +23,24 @@ MLX_FILES = ("*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "
 
 
 def local(key: str) -> Path | None:
-    """The model's path (its first file; an MLX model's directory) when all its files are present and whole."""
+    """The model's first file when all its files are present and whole (an MLX model's directory is its parent)."""
     entry = read_index().get(key)
     if not entry:
         return None
     paths = [Path(f["path"]) for f in entry["files"]]
     sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, entry["files"], strict=True))
-    if not (paths and sizes_ok):
-        return None
-    return paths[0].parent if entry.get("format") == "mlx" else paths[0]
+    return paths[0] if paths and sizes_ok else None
+
+
+Chooser = Callable[[list[hub.RemoteFile]], tuple[list[str], str]]  # files to fetch, and why
 
 
 def fetch_mlx(
     key: str, repo: str, *, revision: str | None = None, progress: Progress | None = None
 ) -> tuple[Path, str]:
     """The local directory of an MLX repo (pulling its model files if needed)."""
-    import fnmatch
-
-    found = local(key)
-    if found is not None:
-        return found, f"{key} is already here"
-    _need_online(key)
-    commit, remote = hub.list_files(repo, revision)
-    chosen = [f for f in remote if "/" not in f.name and any(fnmatch.fnmatch(f.name, p) for p in MLX_FILES)]
-    if not any(f.name == "config.json" for f in chosen) or not any(f.name.endswith(".safetensors") for f in chosen):
-        raise ModelNotFound(f"{repo} is not an MLX model repo (no config.json and *.safetensors)", "check the name")
-    paths = [hub.download(repo, f, commit, progress) for f in chosen]
-    _record(key, repo, commit, None, [(f.name, f.sha256, f.size, p) for f, p in zip(chosen, paths, strict=True)], "mlx")
-    return paths[0].parent, f"{repo}: {len(chosen)} files (MLX)"
-
-
-def _need_online(key: str) -> None:
-    if hub.offline():
-        raise ModelNotFound(
-            f"{key} is not downloaded and llmrun is offline",
-            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
-        )
-
-
-def _record(
-    key: str, repo: str, commit: str, quant: str | None, files: list[tuple[str, str | None, int, Path]], form: str
-) -> None:
-    record = {
-        "repo": repo,
-        "revision": commit,
-        "quant": quant,
-        "format": form,
-        "files": [{"name": n, "sha256": sha, "size": size, "path": str(path)} for n, sha, size, path in files],
-        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    with editing_index() as models:
-        models[key] = record
+    path, detail = _pull(key, repo, revision, progress, _mlx_files, None, "mlx")
+    return path.parent, detail
 
 
 def fetch(
@@ -84,22 +53,54 @@ def fetch(
     progress: Progress | None = None,
 ) -> tuple[Path, str]:
     """The local path of ``key`` (pulling it if needed) and a line saying what was chosen."""
+
+    def gguf_files(remote: list[hub.RemoteFile]) -> tuple[list[str], str]:
+        names = [f.name for f in remote]
+        if file is None:
+            return choose(names, quant)
+        if file not in names:
+            raise ModelNotFound(f"{repo} has no file {file}", "run `llmrun pull " + repo + "` to see what it has")
+        return [file], f"{file} as named"
+
+    return _pull(key, repo, revision, progress, gguf_files, quant, "gguf")
+
+
+def _mlx_files(remote: list[hub.RemoteFile]) -> tuple[list[str], str]:
+    chosen = [f.name for f in remote if "/" not in f.name and any(fnmatch.fnmatch(f.name, p) for p in MLX_FILES)]
+    if "config.json" not in chosen or not any(name.endswith(".safetensors") for name in chosen):
+        raise ModelNotFound("the repo is not an MLX model (no config.json and *.safetensors)", "check the name")
+    return chosen, f"{len(chosen)} files (MLX)"
+
+
+def _pull(
+    key: str, repo: str, revision: str | None, progress: Progress | None, pick: Chooser, quant: str | None, form: str
+) -> tuple[Path, str]:
+    """Index first (no network when the files are here), then list, choose, download, verify, record."""
     found = local(key)
     if found is not None:
         return found, f"{key} is already here"
-    _need_online(key)
+    if hub.offline():
+        raise ModelNotFound(
+            f"{key} is not downloaded and llmrun is offline",
+            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
+        )
     commit, remote = hub.list_files(repo, revision)
-    names = [f.name for f in remote]
-    if file is not None:
-        if file not in names:
-            raise ModelNotFound(f"{repo} has no file {file}", "run `llmrun pull " + repo + "` to see what it has")
-        chosen, why = [file], f"{file} as named"
-    else:
-        chosen, why = choose(names, quant)
+    chosen, why = pick(remote)
     by_name = {f.name: f for f in remote}
     paths = [hub.download(repo, by_name[name], commit, progress) for name in chosen]
-    files = [(n, by_name[n].sha256, by_name[n].size, p) for n, p in zip(chosen, paths, strict=True)]
-    _record(key, repo, commit, quant, files, "gguf")
+    record = {
+        "repo": repo,
+        "revision": commit,
+        "quant": quant,
+        "format": form,
+        "files": [
+            {"name": n, "sha256": by_name[n].sha256, "size": by_name[n].size, "path": str(path)}
+            for n, path in zip(chosen, paths, strict=True)
+        ],
+        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    with editing_index() as models:
+        models[key] = record
     return paths[0], f"{repo}: {why}"
 
 

@@ -424,14 +424,17 @@ def batch_progress(total: int) -> Iterator[Any]:
 def download_progress() -> Iterator[Any]:
     """A progress callback (file, bytes done, total): a Rich bar per file with bytes, speed and
     ETA on a terminal; a plain line every 10% otherwise."""
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with _progress((*columns, TimeRemainingColumn()), "{name}: {done:,} of {total:,} bytes") as update:
+        yield update
+
+
+@contextmanager
+def _progress(columns: Sequence[Any], plain_line: str) -> Iterator[Any]:
+    """A (name, done, total) callback: one Rich bar per name, or ``plain_line`` every 10% off a terminal."""
+    from rich.progress import Progress
 
     console = err_console()
     if not console.is_terminal:
@@ -441,17 +444,10 @@ def download_progress() -> Iterator[Any]:
             step = int(10 * done / total) if total else 0
             if shown.get(name, -1) < step:
                 shown[name] = step
-                console.print(f"{name}: {done:,} of {total:,} bytes", highlight=False)
+                console.print(plain_line.format(name=name, done=done, total=total), highlight=False)
 
         yield plain
         return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-    )
     with Progress(*columns, console=console) as bar:
         tasks: dict[str, Any] = {}
 
@@ -486,28 +482,8 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
 def work_progress() -> Iterator[Any]:
     """A progress callback (what, done, total) for counted work (tensors): a Rich bar with
     the count and elapsed time on a terminal; a plain line every 10% otherwise."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    console = err_console()
-    if not console.is_terminal:
-        shown: dict[str, int] = {}
-
-        def plain(name: str, done: int, total: int) -> None:
-            step = int(10 * done / total) if total else 0
-            if shown.get(name, -1) < step:
-                shown[name] = step
-                console.print(f"{name}: {done} of {total}", highlight=False)
-
-        yield plain
-        return
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(name: str, done: int, total: int) -> None:
-            if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total or None)
-            bar.update(tasks[name], completed=done, total=total or None)
-
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with _progress(columns, "{name}: {done} of {total}") as update:
         yield update

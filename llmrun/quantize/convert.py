@@ -123,6 +123,8 @@ def gguf_to_mlx(
         raise unsupported(header.architecture)
     _check_destination(dest, force, estimated_bytes=_estimate(header.weight_bytes, bits))
 
+    step = progress or (lambda what, done, total: None)
+    step("read the GGUF", 0, 1)
     from gguf import GGUFReader
 
     from llmrun.backends.mlx import quiet_transformers
@@ -130,19 +132,26 @@ def gguf_to_mlx(
     quiet_transformers()
     reader = GGUFReader(source)
     tensors = {t.name: t for t in reader.tensors}
+    step("read the GGUF", 1, 1)
     config = hf_config(header, has_output_tensor="output.weight" in tensors)
     if "rope_freqs.weight" in tensors:
         config["rope_scaling"] = _llama3_scaling(tensors.pop("rope_freqs.weight"), config)
     with _staging(dest, force) as staging:
-        model = _build_model(config, header.architecture, tensors, progress)
+        model = _build_model(config, header.architecture, tensors, step)
         if bits != 16:
+            step(f"quantize to {bits} bit", 0, 1)
             model, config = _quantize(model, config, group_size, bits)
+            step(f"quantize to {bits} bit", 1, 1)
         from mlx_lm.utils import compute_bits_per_weight, save_config, save_model
 
         bits_per_weight = float(compute_bits_per_weight(model))
+        step("write safetensors", 0, 1)
         save_model(staging, model)
         save_config(config, staging / "config.json")
+        step("write safetensors", 1, 1)
+        step("rebuild the tokenizer", 0, 1)
         write_tokenizer(reader, header.architecture, header.chat_template, staging)
+        step("rebuild the tokenizer", 1, 1)
     size = sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
     seconds = time.perf_counter() - started
     return Converted(dest, header.architecture, bits, len(tensors), size, seconds, bits_per_weight)
@@ -211,7 +220,7 @@ def _llama3_scaling(tensor: Any, config: dict[str, Any]) -> dict[str, Any]:
     return {"rope_type": "llama3", "factor": factor, **LLAMA3_ROPE}
 
 
-def _build_model(config: dict[str, Any], architecture: str, tensors: dict[str, Any], progress: Progress | None) -> Any:
+def _build_model(config: dict[str, Any], architecture: str, tensors: dict[str, Any], progress: Progress) -> Any:
     import mlx.core as mx
     import numpy as np
     from gguf.quants import dequantize
@@ -241,8 +250,7 @@ def _build_model(config: dict[str, Any], architecture: str, tensors: dict[str, A
             ) from None
         values = restore(architecture, hf_name, values, config)
         weights[hf_name] = mx.array(values).astype(mx.bfloat16)
-        if progress:
-            progress("tensors", done, len(tensors))
+        progress("dequantize tensors", done, len(tensors))
     weights = model.sanitize(weights)
     try:
         model.load_weights(list(weights.items()), strict=True)
