@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats, Token
 from llmrun.errors import UsageError
-from llmrun.sampling import SamplingParams
+from llmrun.sampling import SamplingParams, log_softmax, top_indices
 from llmrun.textstream import StopMatcher, Utf8Stream
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
 Scorer = Callable[[int], tuple[float, tuple[Candidate, ...]]]
+
+
+def score(
+    logits: npt.NDArray[Any], token_id: int, n: int, piece: Callable[[int], bytes]
+) -> tuple[float, tuple[Candidate, ...]]:
+    """The sampled token's log-probability under ``logits`` and the ``n`` most likely tokens."""
+    logprobs = log_softmax(logits)
+    top = tuple(Candidate(i, piece(i), float(logprobs[i])) for i in top_indices(logprobs, n))
+    return float(logprobs[token_id]), top
 
 
 def token_budget(prompt_tokens: int, n_ctx: int, params: SamplingParams) -> tuple[int, FinishReason]:

@@ -56,7 +56,7 @@ def locate(
         name, source = default_model_name(registry)
     try:
         ref = ModelRef.parse(name)
-        choice = select.choose(backend, name, select.forms(ref, registry), here or select.this_platform())
+        choice = select.choose_for(backend, name, ref, registry, here)
         resolved = resolve(ref, registry, progress, choice.backend)
         header = read_mlx_header(resolved.path) if choice.backend == "mlx" else _gguf_header(resolved.path)
         return Located(resolved, source, header, choice)
@@ -147,12 +147,13 @@ def plan_run(
             "expect worse output past that point"
         )
     if located.backend.backend == "mlx":
-        warnings += mlx_warnings(load, load_sources, geom)
-        if header.metadata.get("mlx.quantization.bits") and not (here or select.this_platform()).apple_silicon:
-            warnings.append(
-                "MLX on the CPU: quantized weights are expanded to bfloat16 at load "
-                "(mlx's CPU quantized kernels are slow and inexact); memory use is that of the 16-bit model"
-            )
+        on_cpu = not (here or select.this_platform()).apple_silicon
+        warnings += mlx_warnings(
+            load,
+            load_sources,
+            geom,
+            quantized_on_cpu=on_cpu and header.metadata.get("mlx.quantization.bits") is not None,
+        )
     memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
     available = available_memory()
@@ -180,9 +181,16 @@ def plan_run(
     )
 
 
-def mlx_warnings(load: LoadParams, sources: Mapping[str, str], geom: Geometry | None) -> list[str]:
+def mlx_warnings(
+    load: LoadParams, sources: Mapping[str, str], geom: Geometry | None, *, quantized_on_cpu: bool = False
+) -> list[str]:
     """Load settings MLX cannot honour as given, one line each (never a silent change)."""
     warnings = []
+    if quantized_on_cpu:  # see backends.mlx.expand_on_cpu
+        warnings.append(
+            "MLX on the CPU: quantized weights are expanded to bfloat16 at load "
+            "(mlx's CPU quantized kernels are slow and inexact); memory use is that of the 16-bit model"
+        )
     if sources.get("n_threads") == COMMAND_LINE:
         warnings.append("--threads is ignored by the MLX backend (MLX schedules its own threads)")
     if sources.get("n_gpu_layers") == COMMAND_LINE:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
 from llmrun.errors import BackendError
-from llmrun.generation import assemble
-from llmrun.sampling import SamplingParams, log_softmax, top_indices
+from llmrun.generation import assemble, score
+from llmrun.sampling import SamplingParams
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,12 +163,7 @@ class GgufModel:
     def _scorer(self, n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
         """Reads the logits the token was just sampled from (before the next forward pass)."""
 
-        def score(token_id: int) -> tuple[float, tuple[Candidate, ...]]:
-            logprobs = log_softmax(self._last_logits())
-            top = tuple(Candidate(i, self.piece(i), float(logprobs[i])) for i in top_indices(logprobs, n))
-            return float(logprobs[token_id]), top
-
-        return score
+        return lambda token_id: score(self._last_logits(), token_id, n, self.piece)
 
     def _last_logits(self) -> npt.NDArray[np.float32]:
         import numpy as np

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
 from llmrun.errors import BackendError
-from llmrun.generation import assemble
-from llmrun.sampling import SamplingParams, log_softmax, top_indices
+from llmrun.generation import assemble, score
+from llmrun.sampling import SamplingParams
 
 if TYPE_CHECKING:
     import numpy as np
@@ -105,7 +105,6 @@ class MlxModel:
         self.path = path
         self.n_ctx = params.n_ctx
         self.load_params = params
-        self.warnings: list[str] = []
         self._spell = _piece_decoder(tokenizer)
         self._special = set(tokenizer.all_special_ids)
         self._pieces: dict[tuple[int, bool], bytes] = {}
@@ -222,10 +221,8 @@ class MlxModel:
             raise BackendError(
                 f"{len(self._held) + len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise --ctx"
             )
-        for start in range(0, len(ids), PREFILL_STEP):
-            chunk = list(ids[start : start + PREFILL_STEP])
-            mx.eval(self.model(mx.array(chunk)[None], cache=self._cache))
-            self._held += chunk
+        for out in self._forward(ids):
+            mx.eval(out)
 
     # --- generation -----------------------------------------------------------
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
@@ -271,14 +268,14 @@ class MlxModel:
         )
 
     def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
+        """Scores each token from the log-probabilities generate_step sampled it from."""
+        import mlx.core as mx
         import numpy as np
 
-        def score(token_id: int) -> tuple[float, tuple[Candidate, ...]]:
-            values = log_softmax(np.array(last["logprobs"].astype(_float32()), dtype=np.float32))
-            top = tuple(Candidate(i, self.token_bytes(i), float(values[i])) for i in top_indices(values, n))
-            return float(values[token_id]), top
+        def logits() -> npt.NDArray[np.float32]:
+            return np.array(last["logprobs"].astype(mx.float32), dtype=np.float32)
 
-        return score
+        return lambda token_id: score(logits(), token_id, n, self.token_bytes)
 
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Raw next-token logits after ``ids`` (a fresh forward pass)."""
@@ -292,12 +289,18 @@ class MlxModel:
         import numpy as np
 
         self.reset()
+        for out in self._forward(ids):
+            yield np.array(out[0].astype(mx.float32), dtype=np.float32)
+
+    def _forward(self, ids: Sequence[int]) -> Iterator[Any]:
+        """Feeds ``ids`` into the cache a prefill step at a time; yields each step's logits (lazy)."""
+        import mlx.core as mx
+
         for start in range(0, len(ids), PREFILL_STEP):
             chunk = list(ids[start : start + PREFILL_STEP])
-            out = self.model(mx.array(chunk)[None], cache=self._cache)[0].astype(mx.float32)
-            mx.eval(out)
+            out = self.model(mx.array(chunk)[None], cache=self._cache)
             self._held += chunk
-            yield np.array(out, dtype=np.float32)
+            yield out
 
     def generate_batch(
         self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
@@ -320,12 +323,6 @@ class MlxModel:
         self._cache = None
         self.model = None
         mx.clear_cache()
-
-
-def _float32() -> Any:
-    import mlx.core as mx
-
-    return mx.float32
 
 
 def expand_on_cpu(config: dict[str, Any]) -> bool:
@@ -358,9 +355,9 @@ class MlxBackend:
         try:
             from mlx_lm.utils import load_config, load_model, load_tokenizer
         except ImportError as exc:
-            raise BackendError(
-                "the MLX backend needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'"
-            ) from exc
+            from llmrun.backends.select import mlx_missing
+
+            raise mlx_missing() from exc
         if not is_mlx_dir(path):
             raise BackendError(
                 f"{path} is not an MLX model directory (config.json and *.safetensors)",

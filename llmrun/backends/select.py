@@ -101,6 +101,15 @@ def choose(requested: str, name: str, model: ModelForms, here: Platform) -> Choi
     return Choice("mlx", "auto: the model exists only as MLX")
 
 
+def choose_for(requested: str, name: str, ref: ModelRef, registry: Registry, here: Platform | None = None) -> Choice:
+    """:func:`choose` for a parsed name, on this machine unless ``here`` says otherwise."""
+    return choose(requested, name, forms(ref, registry), here or this_platform())
+
+
+def mlx_missing() -> BackendError:
+    return BackendError("the MLX backend needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")
+
+
 def _need_mlx(here: Platform) -> None:
     if not here.mlx_installed:
-        raise BackendError("the MLX backend needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")
+        raise mlx_missing()

@@ -41,13 +41,14 @@ def bench(
     """
     from llmrun import backends, benchmark
     from llmrun.backends.base import LoadParams
+    from llmrun.backends.select import BACKEND_CHOICES
     from llmrun.cli import render
     from llmrun.cli.run import load_defaults
     from llmrun.config import load_registry
     from llmrun.pipeline import locate
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
-    backend_names = _choices(backend, ("auto", *backends.names()), "--backend")
+    backend_names = _choices(backend, BACKEND_CHOICES, "--backend")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
     registry = load_registry()

@@ -116,7 +116,7 @@ def pull(
     if ref.kind == "path":
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
     registry = load_registry()
-    choice = select.choose(backend, model, select.forms(ref, registry), select.this_platform())
+    choice = select.choose_for(backend, model, ref, registry)
     with render.download_progress() as progress:
         resolved = resolve(ref, registry, progress, choice.backend)
     detail = resolved.detail or resolved.name

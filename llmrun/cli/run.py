@@ -149,22 +149,20 @@ def load_defaults() -> dict[str, int]:
 def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
     from llmrun.cli import render
 
-    kv_bits = {kv: f"{bits} ({kv})" for bits, kv in o.KV_BITS_TYPES.items()}
-    rows = [
-        (
-            o.FLAG_FOR_FIELD.get(name, name),
-            "random (per run)"
-            if name == "seed" and value is None
-            else kv_bits.get(value, value)
-            if name == "kv_type"
-            else value,
-            source,
-        )
-        for name, value, source in settings
-    ]
+    rows = [(o.FLAG_FOR_FIELD.get(name, name), _shown(name, value), source) for name, value, source in settings]
     rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
     rows.append(("--raw", raw, "command line" if raw else "default"))
     render.table("Effective settings", ["setting", "value", "source"], rows)
+
+
+def _shown(name: str, value: Any) -> Any:
+    """A setting's value as its flag spells it."""
+    if name == "seed" and value is None:
+        return "random (per run)"
+    bits = {kv: bits for bits, kv in o.KV_BITS_TYPES.items()}
+    if name == "kv_type" and value in bits:
+        return f"{bits[value]} ({value})"
+    return value
 
 
 @dataclass(frozen=True, slots=True)

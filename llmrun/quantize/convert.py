@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from llmrun.errors import BackendError, ModelFileError, UsageError
 from llmrun.gguf_header import read_header
 from llmrun.quantize.hfconfig import LLAMA3_ROPE, SUPPORTED_ARCHITECTURES, hf_config, llama3_rope_freqs, unsupported
+from llmrun.store import Progress
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import numpy.typing as npt
 
-Progress = Callable[[str, int, int], None]  # (what, done, total)
 MLX_BITS = (4, 8, 16)
 GROUP_SIZES = (32, 64, 128)
 

@@ -13,8 +13,8 @@ from typing import Any
 from llmrun.errors import ModelFileError, UsageError
 from llmrun.gguf_header import ArraySummary, GgufHeader
 
-SUPPORTED_ARCHITECTURES = ("gemma3", "llama", "qwen2")
-MODEL_TYPES = {"gemma3": "gemma3_text", "llama": "llama", "qwen2": "qwen2"}
+MODEL_TYPES = {"gemma3": "gemma3_text", "llama": "llama", "qwen2": "qwen2"}  # GGUF arch → mlx-lm model_type
+SUPPORTED_ARCHITECTURES = tuple(MODEL_TYPES)
 
 # llama-3.1/3.2's rope scaling, as their config.json files give it; GGUF keeps only the
 # resulting per-dimension factors (the rope_freqs tensor), which `llama3_rope_freqs` recomputes.

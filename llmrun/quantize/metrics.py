@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llmrun.sampling import log_softmax
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -34,14 +36,6 @@ def rows(chunks: Iterable[npt.NDArray[np.float32]]) -> Iterator[npt.NDArray[np.f
         yield from chunk
 
 
-def _log_softmax(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    import numpy as np
-
-    shifted = logits.astype(np.float64) - float(np.max(logits))
-    result: npt.NDArray[np.float64] = shifted - math.log(float(np.exp(shifted).sum()))
-    return result
-
-
 def compare_rows(
     reference: Iterable[npt.NDArray[np.float32]], candidate: Iterable[npt.NDArray[np.float32]], ids: Sequence[int]
 ) -> Comparison:
@@ -56,7 +50,7 @@ def compare_rows(
             break
         if ref_row.shape != cand_row.shape:
             raise ValueError(f"vocabularies differ: {ref_row.shape[-1]} vs {cand_row.shape[-1]} entries")
-        log_p, log_q = _log_softmax(ref_row), _log_softmax(cand_row)
+        log_p, log_q = log_softmax(ref_row), log_softmax(cand_row)
         target = ids[position + 1]
         agree += int(np.argmax(ref_row) == np.argmax(cand_row))
         kl_total += float(np.sum(np.exp(log_p) * (log_p - log_q)))
