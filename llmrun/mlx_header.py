@@ -43,7 +43,8 @@ def _read_json(path: Path, what: str) -> Any:
         raise ModelFileError(f"{path} is not valid {what}: {exc}", "re-download or re-convert the model") from exc
 
 
-def _tensors(path: Path) -> list[TensorInfo]:
+def safetensors_table(path: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header table (bounded) and where its data starts."""
     size = path.stat().st_size
     with path.open("rb") as handle:
         head = handle.read(8)
@@ -58,6 +59,13 @@ def _tensors(path: Path) -> list[TensorInfo]:
             table = json.loads(handle.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{path} has a corrupt safetensors header", "re-download the model") from exc
+    if not isinstance(table, dict):
+        raise ModelFileError(f"{path} has a corrupt safetensors header", "re-download the model")
+    return table, 8 + length
+
+
+def _tensors(path: Path) -> list[TensorInfo]:
+    table, _ = safetensors_table(path)
     result = []
     for name, spec in table.items():
         if name == "__metadata__" or not isinstance(spec, dict):

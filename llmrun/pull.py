@@ -8,13 +8,14 @@ verified, and the model is recorded. Offline, only what is already here can be u
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from llmrun import hub
-from llmrun.errors import ModelNotFound
+from llmrun.errors import ModelFileError, ModelNotFound
 from llmrun.resolve import choose
 from llmrun.store import Progress, editing_index, read_index
 
@@ -105,15 +106,69 @@ def _pull(
 
 
 def remove(key: str) -> list[Path]:
-    """Forget ``key`` and delete its files (only its own: files another entry uses stay)."""
+    """Forget ``key`` and delete its files (only its own: files another entry uses stay, and a
+    model made here with -o outside the store is only forgotten, never deleted)."""
+    from llmrun.config import store_dir
+
     with editing_index() as models:
         entry = models.pop(key, None)
         if entry is None:
             raise ModelNotFound(f"{key} is not in the local store", "`llmrun list` shows what is")
         still_used = {f["path"] for other in models.values() for f in other["files"]}
     removed = []
+    store = store_dir().resolve()
     for f in entry["files"]:
-        if f["path"] not in still_used:
-            hub.remove(Path(f["path"]))
-            removed.append(Path(f["path"]))
+        path = Path(f["path"])
+        if f["path"] in still_used or (entry.get("origin") == LOCAL and not path.resolve().is_relative_to(store)):
+            continue
+        hub.remove(path)
+        removed.append(path)
+    if entry.get("origin") == LOCAL and entry.get("format") == "mlx" and removed:
+        with contextlib.suppress(OSError):
+            removed[0].parent.rmdir()  # the directory, once empty
     return removed
+
+
+# --- models made on this machine (llmrun quantize) ------------------------------------
+
+LOCAL = "local"
+
+
+def register_local(key: str, path: Path, form: str, *, source: str, source_path: Path, quant: str) -> None:
+    """Record a model written here (a GGUF file, or an MLX directory), its files hashed."""
+    from llmrun.store import sha256_file
+
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    if form == "mlx":
+        files.sort(key=lambda p: p.name != "config.json")
+    records = []
+    for file in files:
+        size, where = file.stat().st_size, str(file.absolute())
+        records.append({"name": file.name, "sha256": sha256_file(file), "size": size, "path": where})
+    record = {
+        "repo": None,
+        "origin": LOCAL,
+        "source": source,
+        "source_path": str(source_path.absolute()),
+        "revision": None,
+        "quant": quant,
+        "format": form,
+        "files": records,
+        "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    with editing_index() as models:
+        models[key] = record
+
+
+def made_here(key: str) -> tuple[Path, str] | None:
+    """A model :func:`register_local` recorded: its file or directory, and its format."""
+    entry = read_index().get(key)
+    if not entry or entry.get("origin") != LOCAL:
+        return None
+    found = local(key)
+    if found is None:
+        raise ModelFileError(
+            f"the files of {key} are missing or changed since it was made",
+            f"make it again (llmrun quantize … --name {key} --force), or forget it: llmrun rm {key}",
+        )
+    return (found.parent if entry.get("format") == "mlx" else found), str(entry.get("format", "gguf"))

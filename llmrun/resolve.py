@@ -39,6 +39,9 @@ def resolve(
         return ResolvedModel(ref.name, path, None)
     from llmrun import pull
 
+    made = pull.made_here(ref.name) if ref.kind == "alias" else None
+    if made is not None:  # quantized or converted here, under this name
+        return ResolvedModel(ref.name, made[0], None, f"{ref.name} was made on this machine")
     if backend == "mlx":
         return _resolve_mlx(ref, registry, progress)
     if ref.kind == "hub":
@@ -117,6 +120,7 @@ def _unknown_alias(ref: ModelRef, registry: Registry) -> ModelNotFound:
 
 _QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])")
 _SPLIT = re.compile(r"(?i)-(\d{5})-of-(\d{5})\.gguf$")
+NO_GGUF = "the repo has no .gguf files"
 FOUR_BIT = ("Q4_K_M", "Q4_K_S", "Q4_K_L", "Q4_0", "IQ4_XS", "IQ4_NL", "Q4_1", "Q4")
 
 
@@ -145,7 +149,7 @@ def choose(names: list[str], quant: str | None) -> tuple[list[str], str]:
     """
     groups = gguf_groups(names)
     if not groups:
-        raise ModelNotFound("the repo has no .gguf files", "pick a GGUF repo, e.g. one whose name ends in -GGUF")
+        raise ModelNotFound(NO_GGUF, "pick a GGUF repo, e.g. one whose name ends in -GGUF")
     by_quant: dict[str, list[str]] = {}
     for key, files in groups.items():
         by_quant.setdefault(quant_of(key) or key, files)

@@ -64,12 +64,12 @@ def gemma(gemma_cache: Path, hermetic_env: Path) -> Iterator[Path]:
     yield target_dir / gemma_cache.name
 
 
-def _converter_version() -> str:
+def _converter_version(*names: str) -> str:
     """Converted models are cached per version of the conversion code, so a change re-converts."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name in ("convert.py", "hfconfig.py"):
+    for name in names or ("convert.py", "hfconfig.py"):
         digest.update((ROOT / "llmrun" / "quantize" / name).read_bytes())
     return digest.hexdigest()[:12]
 
@@ -95,3 +95,17 @@ def gemma_mlx16(gemma_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def gemma_mlx8(gemma_cache: Path) -> Path:
     return _converted(gemma_cache, 8)
+
+
+@pytest.fixture(scope="session")
+def gemma_f16(gemma_cache: Path) -> Path:
+    """The packaged Gemma GGUF dequantized to an F16 GGUF (`llmrun convert --to gguf`), once per machine."""
+    from filelock import FileLock
+
+    from llmrun.quantize.f16 import gguf_to_float
+
+    target = _machine_cache() / f"gemma-f16-{_converter_version('f16.py')}.gguf"
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():
+            gguf_to_float(gemma_cache, target, "F16")
+    return target

@@ -199,14 +199,27 @@ class GgufModel:
         result: npt.NDArray[np.float32] = np.array(self._last_logits(), dtype=np.float32)
         return result
 
-    def position_logits(self, ids: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
-        """One token at a time (llama.cpp keeps only the last row's logits unless logits_all)."""
+    def position_logits(self, ids: Sequence[int], chunk: int = 64) -> Iterator[npt.NDArray[np.float32]]:
+        """Every position's logits, ``chunk`` positions a forward pass (llama-cpp-python's own
+        ``eval`` keeps only the last row unless the whole context's rows are allocated)."""
         import numpy as np
 
+        if len(ids) > self.n_ctx:
+            raise BackendError(f"{len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise --ctx")
+        n_vocab = int(self.llama.n_vocab())
+        chunk = max(1, min(chunk, self.llama.n_batch))
         self.reset()
-        for token in ids:
-            self.eval([token])
-            yield np.array(self._last_logits(), dtype=np.float32)[None, :]
+        self.llama._ctx.kv_cache_clear()
+        try:
+            for start in range(0, len(ids), chunk):
+                part = list(ids[start : start + chunk])
+                self.llama._batch.set_batch(part, n_past=start, logits_all=True)
+                self.llama._ctx.decode(self.llama._batch)
+                rows = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(len(part) * n_vocab,))
+                yield rows.reshape(len(part), n_vocab).copy()
+        finally:
+            self.llama._ctx.kv_cache_clear()
+            self.reset()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

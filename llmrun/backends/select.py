@@ -49,7 +49,10 @@ def this_platform() -> Platform:
     return Platform(apple, importlib.util.find_spec("mlx_lm") is not None)
 
 
-def forms(ref: ModelRef, registry: Registry) -> ModelForms:
+def forms(ref: ModelRef, registry: Registry, made_here: Format | None = None) -> ModelForms:
+    """``made_here``: the format of a model of this name made on this machine (llmrun quantize)."""
+    if made_here is not None:
+        return ModelForms(made_here, made_here == "gguf", made_here == "mlx")
     if ref.kind == "path":
         path = Path(ref.name).expanduser()
         local: Format | None = "mlx" if path.is_dir() else "gguf"
@@ -103,7 +106,11 @@ def choose(requested: str, name: str, model: ModelForms, here: Platform) -> Choi
 
 def choose_for(requested: str, name: str, ref: ModelRef, registry: Registry, here: Platform | None = None) -> Choice:
     """:func:`choose` for a parsed name, on this machine unless ``here`` says otherwise."""
-    return choose(requested, name, forms(ref, registry), here or this_platform())
+    from llmrun import pull
+
+    made = pull.made_here(ref.name) if ref.kind == "alias" else None
+    made_format: Format | None = "mlx" if made and made[1] == "mlx" else "gguf" if made else None
+    return choose(requested, name, forms(ref, registry, made_format), here or this_platform())
 
 
 def mlx_missing() -> BackendError:

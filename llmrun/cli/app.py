@@ -104,7 +104,7 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import batch, bench, chat, convert, doctor, inspect, models, run
+    from llmrun.cli import batch, bench, chat, convert, doctor, inspect, models, quantize, run
 
     app.command("run")(run.run)
     app.command("chat")(chat.chat)
@@ -117,6 +117,8 @@ def _register() -> None:
     app.command("rm")(models.rm)
     app.command("bench")(bench.bench)
     app.command("convert")(convert.convert)
+    app.command("quantize")(quantize.quantize)
+    app.command("eval")(quantize.evaluate)
     app.command("doctor")(doctor.doctor)
 
 

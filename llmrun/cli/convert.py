@@ -4,30 +4,39 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmrun.errors import UsageError
 
+if TYPE_CHECKING:
+    from llmrun.pipeline import Located
+
 
 def convert(
     source: Annotated[str, typer.Argument(help="A .gguf file or a model name (gemma3:270m).", show_default=False)],
-    to: Annotated[str, typer.Option("--to", help="Target format: mlx.")] = "mlx",
-    bits: Annotated[int, typer.Option("--bits", help="4 or 8 (MLX affine quantization) or 16 (bfloat16).")] = 16,
+    to: Annotated[str, typer.Option("--to", help="Target format: mlx, or gguf (unquantized).")] = "mlx",
+    bits: Annotated[int, typer.Option("--bits", help="MLX: 4 or 8 (affine quantization) or 16 (bfloat16).")] = 16,
+    out_type: Annotated[str, typer.Option("--type", help="GGUF: f16, bf16 or f32 (every tensor dequantized).")] = "f16",
     group_size: Annotated[int, typer.Option("--group-size", help="Quantization group size: 32, 64 or 128.")] = 64,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Output directory. Default: ./<name>-mlx-<bits>bit.", show_default=False),
+        typer.Option(
+            "--output", "-o", help="Output. Default: ./NAME-mlx-BITSbit or ./NAME-TYPE.gguf.", show_default=False
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")] = False,
 ) -> None:
-    """Convert a GGUF (any quant type the gguf package can dequantize) into an MLX model directory.
+    """Convert a GGUF (any quant type the gguf package can dequantize) into an MLX model directory,
+    or into an unquantized GGUF (F16/BF16/F32: a source for llmrun quantize and its reference).
 
-    Supported architectures: gemma3, llama, qwen2. The result loads in mlx-lm with strict
-    weight checking and runs with --backend mlx.
+    MLX: architectures gemma3, llama, qwen2; the result loads in mlx-lm with strict weight
+    checking and runs with --backend mlx.
 
-    Example: llmrun convert gemma3:270m --to mlx --bits 8 -o gemma-270m-mlx-8bit
+    Examples:
+      llmrun convert gemma3:270m --to mlx --bits 8 -o gemma-270m-mlx-8bit
+      llmrun convert gemma3:270m --to gguf --type f16 -o gemma-270m-f16.gguf
     """
     from llmrun.cli import render
     from llmrun.config import load_registry
@@ -35,8 +44,11 @@ def convert(
     from llmrun.pipeline import locate
     from llmrun.quantize.convert import check_bits, gguf_to_mlx
 
-    if to != "mlx":
-        raise UsageError(f"--to must be mlx, got {to!r}", "GGUF → MLX is the conversion llmrun offers")
+    if to not in ("mlx", "gguf"):
+        raise UsageError(f"--to must be mlx or gguf, got {to!r}", "")
+    if to == "gguf":
+        _to_gguf(source, out_type, output, force)
+        return
     check_bits(bits, group_size)
     from llmrun.backends.select import this_platform
 
@@ -44,11 +56,8 @@ def convert(
         raise UsageError("converting to MLX needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")
     with render.download_progress() as progress:
         located = locate(load_registry(), source, progress, backend="gguf")
-    name = re.sub(
-        r"[^A-Za-z0-9._-]+", "-", Path(located.model.name).stem if located.model.entry is None else located.model.name
-    )
-    dest = output or Path(f"{name}-mlx-{bits}bit")
-    shown = str(dest) if dest.is_absolute() or str(dest).startswith(".") else f"./{dest}"  # a path, not a name
+    dest = output or Path(f"{_base_name(located)}-mlx-{bits}bit")
+    shown = _shown(dest)
     with render.work_progress() as progress:
         result = gguf_to_mlx(located.model.path, dest, bits=bits, group_size=group_size, force=force, progress=progress)
     render.note(
@@ -56,3 +65,35 @@ def convert(
         f"{result.tensors} tensors, {format_bytes(result.size_bytes)}) in {result.seconds:.1f} s"
     )
     render.note(f'run it: llmrun run -m {shown} "Hello"')
+
+
+def _base_name(located: Located) -> str:
+    model = located.model
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.name).stem if model.entry is None else model.name)
+
+
+def _shown(path: Path) -> str:
+    """A path as a model name: ``./`` in front of a relative one (a bare name would be an alias)."""
+    return str(path) if path.is_absolute() or str(path).startswith(".") else f"./{path}"
+
+
+def _to_gguf(source: str, out_type: str, output: Path | None, force: bool) -> None:
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.memory import format_bytes
+    from llmrun.pipeline import locate
+    from llmrun.quantize.f16 import float_type, gguf_to_float
+
+    kind = float_type(out_type)
+    with render.download_progress() as progress:
+        located = locate(load_registry(), source, progress, backend="gguf")
+    dest = output or Path(f"{_base_name(located)}-{kind.lower()}.gguf")
+    if dest.resolve() == located.model.path.resolve():
+        raise UsageError("the output would replace the source", "choose another -o")
+    with render.work_progress() as progress:
+        result = gguf_to_float(located.model.path, dest, kind, force=force, progress=progress)
+    render.note(
+        f"wrote {result.path} ({result.architecture}, {kind}, {result.tensors} tensors, "
+        f"{format_bytes(result.size_bytes)}) in {result.seconds:.1f} s"
+    )
+    render.note(f"quantize it: llmrun quantize {_shown(dest)} --type Q4_K_M")

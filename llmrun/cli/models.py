@@ -135,8 +135,10 @@ def list_models(json_output: o.JsonOpt = False) -> None:
         size = sum(f["size"] for f in entry["files"])
         present = all(Path(f["path"]).is_file() for f in entry["files"])
         rows.append({
-            "name": name, "format": entry.get("format", "gguf"), "repo": entry["repo"],
-            "files": [f["name"] for f in entry["files"]], "size": size, "pulled": entry["pulled"],
+            "name": name, "format": entry.get("format", "gguf"),
+            "repo": entry["repo"] or f"(made here from {entry.get('source', '?')})",
+            "files": [f["name"] for f in entry["files"]], "quant": entry.get("quant"),
+            "size": size, "pulled": entry["pulled"],
             "path": str(Path(entry["files"][0]["path"]).parent) if entry.get("format") == "mlx"
             else entry["files"][0]["path"],
             "present": present,

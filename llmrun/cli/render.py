@@ -470,7 +470,7 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
         grid.add_row(
             row["name"] + ("" if row["present"] else " (files missing)"),
             row["format"],
-            quant_of(row["files"][0]) or "",
+            row.get("quant") or quant_of(row["files"][0]) or "",
             format_bytes(row["size"]),
             row["pulled"][:16].replace("T", " "),
             row["path"],

@@ -12,10 +12,7 @@ The directory appears only when everything is written.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 from llmrun.errors import BackendError, ModelFileError, UsageError
 from llmrun.gguf_header import read_header
 from llmrun.quantize.hfconfig import LLAMA3_ROPE, SUPPORTED_ARCHITECTURES, hf_config, llama3_rope_freqs, unsupported
+from llmrun.quantize.output import check_destination, staged, tree_size
 from llmrun.store import Progress
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import numpy.typing as npt
 
 MLX_BITS = (4, 8, 16)
@@ -120,7 +116,7 @@ def gguf_to_mlx(
     header = read_header(source)  # bounded: the gguf package's reader trusts lengths
     if header.architecture not in SUPPORTED_ARCHITECTURES:
         raise unsupported(header.architecture)
-    _check_destination(dest, force, estimated_bytes=_estimate(header.weight_bytes, bits))
+    check_destination(dest, force, _estimate(header.weight_bytes, bits), directory=True)
 
     step = progress or (lambda what, done, total: None)
     step("read the GGUF", 0, 1)
@@ -135,11 +131,11 @@ def gguf_to_mlx(
     config = hf_config(header, has_output_tensor="output.weight" in tensors)
     if "rope_freqs.weight" in tensors:
         config["rope_scaling"] = _llama3_scaling(tensors.pop("rope_freqs.weight"), config)
-    with _staging(dest, force) as staging:
+    with staged(dest, force, directory=True) as staging:
         model = _build_model(config, header.architecture, tensors, step)
         if bits != 16:
             step(f"quantize to {bits} bit", 0, 1)
-            model, config = _quantize(model, config, group_size, bits)
+            model, config = quantize_model(model, config, group_size, bits)
             step(f"quantize to {bits} bit", 1, 1)
         from mlx_lm.utils import compute_bits_per_weight, save_config, save_model
 
@@ -151,7 +147,7 @@ def gguf_to_mlx(
         step("rebuild the tokenizer", 0, 1)
         write_tokenizer(reader, header.architecture, header.chat_template, staging)
         step("rebuild the tokenizer", 1, 1)
-    size = sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
+    size = tree_size(dest)
     seconds = time.perf_counter() - started
     return Converted(dest, header.architecture, bits, len(tensors), size, seconds, bits_per_weight)
 
@@ -161,46 +157,15 @@ def _estimate(weight_bytes: int, bits: int) -> int:
     return int(weight_bytes * 4 * (bits + 0.5) / 8)  # generous: GGUF weights are ≥4 bits each
 
 
-def _check_destination(dest: Path, force: bool, estimated_bytes: int) -> None:
-    from llmrun.store import check_free_space
-
-    if dest.exists() and not force:
-        raise UsageError(f"{dest} already exists", "choose another -o, or pass --force to replace it")
-    if dest.exists() and not (dest / "config.json").is_file():
-        raise UsageError(f"{dest} exists and is not an MLX model directory", "choose another -o; it is left as it is")
-    check_free_space(dest.parent if dest.parent != Path("") else Path.cwd(), estimated_bytes, "the converted model")
-
-
-@contextmanager
-def _staging(dest: Path, force: bool) -> Iterator[Path]:
-    """A directory that becomes ``dest`` only when the block completes; removed on any failure."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = dest.parent / f".llmrun-partial-{os.getpid()}-{dest.name}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    try:
-        yield staging
-        if dest.exists() and force:
-            old = dest.parent / f".llmrun-old-{os.getpid()}-{dest.name}"
-            dest.rename(old)
-            staging.rename(dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _quantize(model: Any, config: dict[str, Any], group_size: int, bits: int) -> tuple[Any, dict[str, Any]]:
+def quantize_model(model: Any, config: dict[str, Any], group_size: int, bits: int) -> tuple[Any, dict[str, Any]]:
     """mlx-lm's affine quantization; it prints its bits-per-weight line, which must not reach stdout."""
     import contextlib
     import io
 
-    from mlx_lm.utils import quantize_model
+    from mlx_lm.utils import quantize_model as mlx_quantize
 
     with contextlib.redirect_stdout(io.StringIO()):
-        quantized, config = quantize_model(model, config, group_size, bits)
+        quantized, config = mlx_quantize(model, config, group_size, bits)
     return quantized, config
 
 

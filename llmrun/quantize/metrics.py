@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmrun.sampling import log_softmax
+from llmrun.store import Progress
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,36 +31,71 @@ class Comparison:
     perplexity_candidate: float
 
 
-def rows(chunks: Iterable[npt.NDArray[np.float32]]) -> Iterator[npt.NDArray[np.float32]]:
+BLOCK = 64  # positions computed together (float32 matrices of BLOCK × vocabulary)
+
+
+def blocks(chunks: Iterable[npt.NDArray[np.float32]], size: int = BLOCK) -> Iterator[npt.NDArray[np.float32]]:
+    """Logit rows regrouped into blocks of ``size`` rows, whatever chunks the backend yields."""
+    import numpy as np
+
+    pending: list[npt.NDArray[np.float32]] = []
+    count = 0
     for chunk in chunks:
-        yield from chunk
+        for row in np.asarray(chunk, dtype=np.float32).reshape(-1, chunk.shape[-1]):
+            pending.append(row)
+            count += 1
+            if count == size:
+                yield np.stack(pending)
+                pending, count = [], 0
+    if pending:
+        yield np.stack(pending)
+
+
+def _log_softmax_rows(block: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Row-wise log-softmax in float32 with float64 sums (the same as
+    :func:`llmrun.sampling.log_softmax` to about 1e-6, twice as fast on a 262k vocabulary)."""
+    import numpy as np
+
+    shifted = block - block.max(axis=1, keepdims=True)
+    log_z = np.log(np.exp(shifted).sum(axis=1, keepdims=True, dtype=np.float64)).astype(np.float32)
+    result: npt.NDArray[np.float32] = shifted - log_z
+    return result
 
 
 def compare_rows(
-    reference: Iterable[npt.NDArray[np.float32]], candidate: Iterable[npt.NDArray[np.float32]], ids: Sequence[int]
+    reference: Iterable[npt.NDArray[np.float32]],
+    candidate: Iterable[npt.NDArray[np.float32]],
+    ids: Sequence[int],
+    progress: Progress | None = None,
 ) -> Comparison:
-    """Position i's logits predict ids[i + 1]; the last position predicts nothing and is skipped."""
+    """Position i's logits predict ids[i + 1]; the last position predicts nothing and is skipped.
+    ``reference`` and ``candidate`` yield logits in chunks of any number of rows."""
     import numpy as np
 
     agree = 0
     kl_total = nll_ref = nll_cand = 0.0
     n = 0
-    for position, (ref_row, cand_row) in enumerate(zip(reference, candidate, strict=False)):
-        if position + 1 >= len(ids):
+    for ref_block, cand_block in zip(blocks(reference), blocks(candidate), strict=False):
+        if ref_block.shape[1] != cand_block.shape[1]:
+            raise ValueError(f"vocabularies differ: {ref_block.shape[1]} vs {cand_block.shape[1]} entries")
+        rows = min(len(ref_block), len(cand_block), len(ids) - 1 - n)
+        if rows <= 0:
             break
-        if ref_row.shape != cand_row.shape:
-            raise ValueError(f"vocabularies differ: {ref_row.shape[-1]} vs {cand_row.shape[-1]} entries")
-        log_p, log_q = log_softmax(ref_row), log_softmax(cand_row)
-        target = ids[position + 1]
-        agree += int(np.argmax(ref_row) == np.argmax(cand_row))
-        kl_total += float(np.sum(np.exp(log_p) * (log_p - log_q)))
-        nll_ref -= float(log_p[target])
-        nll_cand -= float(log_q[target])
-        n += 1
+        log_p, log_q = _log_softmax_rows(ref_block[:rows]), _log_softmax_rows(cand_block[:rows])
+        targets = np.asarray(ids[n + 1 : n + 1 + rows])
+        agree += int(np.sum(np.argmax(log_p, axis=1) == np.argmax(log_q, axis=1)))
+        kl_total += float(np.einsum("ij,ij->", np.exp(log_p), log_p - log_q, dtype=np.float64))
+        nll_ref -= float(np.sum(log_p[np.arange(rows), targets], dtype=np.float64))
+        nll_cand -= float(np.sum(log_q[np.arange(rows), targets], dtype=np.float64))
+        n += rows
+        if progress:
+            progress("compare predictions", n, len(ids) - 1)
     if n == 0:
         raise ValueError("the text needs at least two tokens")
     return Comparison(n, agree / n, kl_total / n, math.exp(nll_ref / n), math.exp(nll_cand / n))
 
 
-def compare(reference: LoadedModel, candidate: LoadedModel, ids: Sequence[int]) -> Comparison:
-    return compare_rows(rows(reference.position_logits(ids)), rows(candidate.position_logits(ids)), ids)
+def compare(
+    reference: LoadedModel, candidate: LoadedModel, ids: Sequence[int], progress: Progress | None = None
+) -> Comparison:
+    return compare_rows(reference.position_logits(ids), candidate.position_logits(ids), ids, progress)

@@ -224,3 +224,17 @@ def test_an_mlx_repo_is_pulled_as_a_directory_and_runs_on_mlx(hub: FakeHub, gemm
     code, _, err = invoke(["rm", repo, "--yes"])
     assert code == 0, err
     assert not (Path(row["path"]) / "model.safetensors").exists()
+
+
+def test_a_safetensors_repo_is_pulled_then_quantized(hub: FakeHub, gemma_mlx16: Path) -> None:
+    repo = "google/gemma-test"
+    for file in sorted(gemma_mlx16.iterdir()):
+        hub.add(repo, file.name, file)
+    code, out, err = invoke(["quantize", repo, "--format", "gguf", "--type", "Q8_0", "--no-eval", "--json"])
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["name"] == "gemma-test-q8_0"
+    code, out, err = invoke(["run", "-m", "gemma-test-q8_0", "-t", "0", "-n", "4", "--raw", "Hello"])
+    assert code == 0, err
+    names = {row["name"] for row in json.loads(invoke(["list", "--json"])[1])}
+    assert names == {"gemma-test-q8_0", f"{repo}:safetensors"}
