@@ -39,7 +39,7 @@ def main() -> None:
         f16 = gguf_to_float(packaged, work / "gemma-f16.gguf", "F16")
         reference = describe("F16", f16.path)
         print(f"reference: F16 GGUF, {f16.size_bytes / 2**20:.1f} MiB (written in {f16.seconds:.1f} s)")
-        print(f"{'type':<12}{'size':>11}{'ratio':>8}{'ppl':>9}{'Δppl':>9}{'mean KL':>10}{'top-1':>8}{'quantize':>10}")
+        print(f"{'type':<16}{'size':>11}{'ratio':>8}{'ppl':>9}{'Δppl':>9}{'mean KL':>10}{'top-1':>8}{'quantize':>10}")
         rows = [("packaged Q4_K_M", packaged, 0.0)]
         for name in args.types.split(","):
             done = quantize_gguf(f16.path, work / f"{name}.gguf", quant_type(name, None), threads=args.threads)
@@ -60,7 +60,7 @@ def main() -> None:
             f16_ppl = f16_ppl or c.perplexity_reference
             delta = (c.perplexity_candidate / c.perplexity_reference - 1) * 100
             print(
-                f"{name:<12}{report.candidate.size_bytes / 2**20:>8.1f} MiB{report.size_ratio:>7.2f}×"
+                f"{name:<16}{report.candidate.size_bytes / 2**20:>8.1f} MiB{report.size_ratio:>7.2f}×"
                 f"{c.perplexity_candidate:>9.3f}{delta:>+8.2f}%{c.mean_kl:>10.5f}{c.top1_agreement * 100:>7.1f}%"
                 f"{seconds:>9.1f} s"
             )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.errors import UsageError
 from llmrun.gguf_header import read_header
+from llmrun.memory import parameter_count
 from llmrun.quantize.output import check_destination, staged
 from llmrun.store import Progress
 
@@ -112,7 +113,7 @@ def gguf_to_float(
     out_type = float_type(out_type)
     started = time.perf_counter()
     header = read_header(source)  # bounded first: the gguf package's reader trusts lengths
-    n_params = sum(_count(t.shape) for t in header.tensors)
+    n_params = parameter_count(header)
     check_destination(dest, force, n_params * _BYTES[out_type] + 16 * 1024 * 1024, directory=False)
     step = progress or (lambda what, done, total: None)
     step("read the GGUF", 0, 1)
@@ -134,13 +135,6 @@ def gguf_to_float(
         )
     seconds = time.perf_counter() - started
     return Written(dest, header.architecture, out_type, len(tensors), dest.stat().st_size, seconds)
-
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _field(reader: Any, key: str) -> Any:

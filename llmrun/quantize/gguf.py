@@ -16,6 +16,7 @@ from pathlib import Path
 
 from llmrun.errors import BackendError, UsageError
 from llmrun.gguf_header import GgufHeader, read_header
+from llmrun.memory import parameter_count
 from llmrun.quantize.output import check_destination, staged
 from llmrun.store import Progress
 
@@ -82,16 +83,6 @@ def file_type(header: GgufHeader) -> str:
     for tensor in header.tensors:
         by_type[tensor.type_name] = by_type.get(tensor.type_name, 0) + tensor.nbytes
     return max(by_type, key=lambda k: by_type[k]) if by_type else "unknown"
-
-
-def parameter_count(header: GgufHeader) -> int:
-    total = 0
-    for tensor in header.tensors:
-        n = 1
-        for d in tensor.shape:
-            n *= d
-        total += n
-    return total
 
 
 @dataclass(frozen=True, slots=True)

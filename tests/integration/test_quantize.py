@@ -21,8 +21,9 @@ import pytest
 from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend
 from llmrun.gguf_header import read_header
+from llmrun.memory import parameter_count
 from llmrun.quantize.evaluate import QualityReport, describe, evaluate
-from llmrun.quantize.gguf import parameter_count, quant_type, quantize_gguf
+from llmrun.quantize.gguf import quant_type, quantize_gguf
 from llmrun.quantize.texts import eval_text
 from tests.helpers import invoke
 
