@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.cli import options as o
-from llmrun.errors import UsageError
+from llmrun.errors import LlmrunError, UsageError
 
 if TYPE_CHECKING:
     from llmrun.quantize.evaluate import QualityReport, Side
@@ -91,7 +91,7 @@ def quantize(
     request = job.Request(
         source, bits, qtype, fmt, group_size, output, name, force, allow_requantize, imatrix, threads or 0
     )
-    report = None
+    report, report_error = None, None
     with render.work_progress() as progress, job.quantize(request, load_registry(), progress) as outcome:
         for line in outcome.notes:
             render.note(line)
@@ -101,7 +101,11 @@ def quantize(
         if eval_text is not None:
             reference = describe(outcome.source.name, outcome.reference)
             candidate = describe(outcome.name, outcome.path)
-            report = _measure(reference, candidate, eval_text, tokens, threads, progress)
+            try:  # the model is written and registered: a report that cannot be made is a warning
+                report = _measure(reference, candidate, eval_text, tokens, threads, progress)
+            except LlmrunError as exc:
+                report_error = exc.message
+                render.warn(f"no quality report: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
     result: dict[str, Any] = {
         "name": outcome.name,
         "path": str(outcome.path),
@@ -111,7 +115,7 @@ def quantize(
         "seconds": round(outcome.seconds, 2),
     }
     if json_output:
-        render.print_json({**result, "report": report.to_dict() if report else None})
+        render.print_json({**result, "report": report.to_dict() if report else None, "report_error": report_error})
     elif report is not None:
         quality_table(report)
 
@@ -204,7 +208,7 @@ def _measure(
     reference: Side, candidate: Side, text: tuple[str, str], tokens: int | None, threads: int | None, progress: Any
 ) -> QualityReport:
     from llmrun.quantize.evaluate import evaluate
-    from llmrun.sysinfo import default_threads
+    from llmrun.sysinfo import available_memory, default_threads
 
     content, text_name = text
     return evaluate(
@@ -215,6 +219,7 @@ def _measure(
         max_tokens=tokens,
         threads=threads or default_threads(),
         progress=progress,
+        available_memory=available_memory(),
     )
 
 

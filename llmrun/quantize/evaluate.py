@@ -97,6 +97,27 @@ def text_ids(reference: LoadedModel, candidate: LoadedModel, text: str, max_toke
     return ids
 
 
+def check_memory(reference: Side, candidate: Side, available: int) -> None:
+    """Both models are in memory at once (an MLX model quantized on the CPU: expanded to 16 bits)."""
+    from llmrun.backends.select import this_platform
+    from llmrun.errors import InsufficientMemory
+    from llmrun.memory import format_bytes
+
+    on_cpu = not this_platform().apple_silicon
+
+    def resident(side: Side) -> int:
+        expanded = on_cpu and side.format == "mlx" and side.type.startswith("mlx ")  # see backends.mlx.expand_on_cpu
+        return side.size_bytes * (4 if expanded else 1)
+
+    needed = resident(reference) + resident(candidate) + 512 * 1024 * 1024  # logits, buffers, runtime
+    if needed > available:
+        raise InsufficientMemory(
+            f"comparing the two models needs about {format_bytes(needed)} (both are loaded at once) "
+            f"but {format_bytes(available)} is available",
+            "skip the report with --no-eval, or run llmrun eval on a machine with more memory",
+        )
+
+
 def load_for_eval(side: Side, n_ctx: int, threads: int, *, vocab_only: bool = False) -> LoadedModel:
     from llmrun import backends
     from llmrun.backends.gguf import gpu_offload_supported
@@ -115,9 +136,12 @@ def evaluate(
     max_tokens: int | None,
     threads: int,
     progress: Progress | None = None,
+    available_memory: int | None = None,
 ) -> QualityReport:
     """Load both models, teacher-force the text through each, and compare every position.
     The tokenizers are checked first; a GGUF's context is then sized to the text."""
+    if available_memory is not None:
+        check_memory(reference, candidate, available_memory)
     started = time.perf_counter()
     loaded: list[LoadedModel] = []
     try:

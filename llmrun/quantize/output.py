@@ -4,6 +4,7 @@ only when complete, so a failure, a full disk or Ctrl-C leaves nothing half-writ
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from contextlib import contextmanager
@@ -51,6 +52,14 @@ def staged(dest: Path, force: bool, *, directory: bool) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, dest)
+    except OSError as exc:
+        _remove(staging)
+        if exc.errno == errno.ENOSPC:
+            raise StoreError(
+                f"the disk filled up while writing {dest.name}; nothing was kept",
+                "free some disk space, or write elsewhere with -o",
+            ) from exc
+        raise
     except BaseException:
         _remove(staging)
         raise

@@ -290,3 +290,27 @@ def test_staged_output_appears_only_when_complete(tmp_path: Path) -> None:
         (staging / "config.json").write_text("new")
     assert (folder / "config.json").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out.gguf"]
+
+
+def test_a_full_disk_is_one_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    import errno
+
+    from llmrun.errors import StoreError
+
+    dest = tmp_path / "m.gguf"
+    with pytest.raises(StoreError, match="disk filled up"), staged(dest, False, directory=False) as staging:
+        staging.write_text("part")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_report_refuses_to_load_two_models_that_do_not_fit() -> None:
+    from llmrun.errors import InsufficientMemory
+    from llmrun.quantize.evaluate import Side, check_memory
+
+    big = Side("f16", Path("f16.gguf"), "gguf", "F16", 14 * 2**30)
+    small = Side("q4", Path("q4.gguf"), "gguf", "Q4_K_M", 4 * 2**30)
+    check_memory(big, small, 24 * 2**30)
+    with pytest.raises(InsufficientMemory, match="both are loaded at once") as caught:
+        check_memory(big, small, 16 * 2**30)
+    assert "--no-eval" in caught.value.hint
