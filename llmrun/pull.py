@@ -13,6 +13,7 @@ import fnmatch
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from llmrun import hub
 from llmrun.errors import ModelFileError, ModelNotFound
@@ -26,8 +27,10 @@ MLX_FILES = ("*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "
 def local(key: str) -> Path | None:
     """The model's first file when all its files are present and whole (an MLX model's directory is its parent)."""
     entry = read_index().get(key)
-    if not entry:
-        return None
+    return _present(entry) if entry else None
+
+
+def _present(entry: dict[str, Any]) -> Path | None:
     paths = [Path(f["path"]) for f in entry["files"]]
     sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, entry["files"], strict=True))
     return paths[0] if paths and sizes_ok else None
@@ -165,7 +168,7 @@ def made_here(key: str) -> tuple[Path, str] | None:
     entry = read_index().get(key)
     if not entry or entry.get("origin") != LOCAL:
         return None
-    found = local(key)
+    found = _present(entry)
     if found is None:
         raise ModelFileError(
             f"the files of {key} are missing or changed since it was made",

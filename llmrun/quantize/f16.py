@@ -55,16 +55,11 @@ class Tensor:
     values: Callable[[], npt.NDArray[np.float32]]
 
 
-def encode(values: npt.NDArray[Any], out_type: str) -> tuple[npt.NDArray[Any], int]:
-    """``values`` in the file's type (1-D tensors stay F32), and that type's ggml id."""
-    import numpy as np
+def tensor_type(shape: tuple[int, ...], out_type: str) -> Any:
+    """The ggml type a tensor is written as: ``out_type``, except 1-D tensors, which stay F32."""
     from gguf.constants import GGMLQuantizationType
-    from gguf.quants import quantize
 
-    if values.ndim <= 1 or out_type == "F32":
-        return np.ascontiguousarray(values, dtype=np.float32), GGMLQuantizationType.F32
-    qtype = GGMLQuantizationType[out_type]
-    return quantize(np.ascontiguousarray(values, dtype=np.float32), qtype), qtype
+    return GGMLQuantizationType.F32 if len(shape) <= 1 else GGMLQuantizationType[out_type]
 
 
 def write_gguf(
@@ -81,14 +76,14 @@ def write_gguf(
     import numpy as np
     from gguf import GGUFWriter
     from gguf.constants import GGMLQuantizationType
-    from gguf.quants import quant_shape_to_byte_shape
+    from gguf.quants import quant_shape_to_byte_shape, quantize
 
     writer = GGUFWriter(path, architecture)
     if alignment:
         writer.data_alignment = alignment
     metadata(writer)
     for tensor in tensors:
-        qtype = GGMLQuantizationType.F32 if len(tensor.shape) <= 1 else GGMLQuantizationType[out_type]
+        qtype = tensor_type(tensor.shape, out_type)
         byte_shape = quant_shape_to_byte_shape(tensor.shape, qtype) if qtype == GGMLQuantizationType.BF16 else None
         item = 4 if qtype == GGMLQuantizationType.F32 else 2
         nbytes = int(np.prod(byte_shape)) if byte_shape else int(np.prod(tensor.shape)) * item
@@ -99,8 +94,8 @@ def write_gguf(
     writer.write_ti_data_to_file()
     try:
         for done, tensor in enumerate(tensors, 1):
-            data, _ = encode(tensor.values().reshape(tensor.shape), out_type)
-            writer.write_tensor_data(data)
+            values = np.ascontiguousarray(tensor.values().reshape(tensor.shape), dtype=np.float32)
+            writer.write_tensor_data(quantize(values, tensor_type(tensor.shape, out_type)))
             progress("write tensors", done, len(tensors))
     finally:
         writer.close()

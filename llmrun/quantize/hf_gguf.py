@@ -106,13 +106,14 @@ def rope_freqs(config: dict[str, Any]) -> Tensor | None:
     return Tensor("rope_freqs.weight", values.shape, lambda: values)
 
 
-def gguf_name(hf_name: str, arch: str, n_blocks: int) -> str | None:
+def name_map(arch: str, n_blocks: int) -> Callable[[str], str | None]:
+    """Hugging Face tensor name → GGUF name (``None`` when the architecture has no such tensor)."""
     from gguf.constants import MODEL_ARCH_NAMES
     from gguf.tensor_mapping import TensorNameMap
 
     model_arch = next(a for a, name in MODEL_ARCH_NAMES.items() if name == arch)
-    name: str | None = TensorNameMap(model_arch, n_blocks).get_name(hf_name, try_suffixes=(".weight", ".bias"))
-    return name
+    names = TensorNameMap(model_arch, n_blocks)  # built once: it lays out every block's names
+    return lambda hf_name: names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
 
 
 def transform(arch: str, hf_name: str, values: npt.NDArray[np.float32], config: dict[str, Any]) -> Any:
@@ -174,7 +175,7 @@ def _transformed(
 
 
 def tensors(directory: Path, config: dict[str, Any], arch: str) -> list[Tensor]:
-    n_blocks = _int(config, "num_hidden_layers")
+    to_gguf = name_map(arch, _int(config, "num_hidden_layers"))
     tied = bool(config.get("tie_word_embeddings", arch == "gemma3"))
     result: list[Tensor] = []
     for hf_name, entry in sorted(safetensors_tensors(directory).items()):
@@ -182,7 +183,7 @@ def tensors(directory: Path, config: dict[str, Any], arch: str) -> list[Tensor]:
             continue
         if hf_name.endswith("rotary_emb.inv_freq"):
             continue  # computed, not learned
-        name = gguf_name(hf_name, arch, n_blocks)
+        name = to_gguf(hf_name)
         if name is None:
             raise UsageError(f"tensor {hf_name} has no GGUF name for {arch}", "the model is a variant not supported")
         result.append(Tensor(name, entry[3], _transformed(_loader(entry), arch, hf_name, config)))

@@ -207,7 +207,7 @@ def _write(
         result = quantize_gguf(
             gguf_source,
             dest,
-            quant_type(tag, None),
+            quant_type(request.type, request.bits),  # as quantize() chose it, from the request
             allow_requantize=request.allow_requantize,
             imatrix=request.imatrix,
             threads=request.threads,

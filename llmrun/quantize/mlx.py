@@ -9,7 +9,6 @@ steps are composed here from its ``load_model``, ``quantize_model``, ``save_mode
 from __future__ import annotations
 
 import fnmatch
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -39,16 +38,16 @@ def read_config(directory: Path) -> dict[str, Any]:
     """A model directory's ``config.json`` (it must have safetensors beside it)."""
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory", "pass a Hugging Face or MLX model directory")
-    path = directory / "config.json"
-    if not path.is_file() or not any(directory.glob("*.safetensors")):
+    from llmrun.backends.mlx import is_mlx_dir
+    from llmrun.mlx_header import read_json
+
+    if not is_mlx_dir(directory):
         raise UsageError(
             f"{directory} is not a model directory (it needs config.json and *.safetensors)",
             "pass a Hugging Face or MLX model directory, or a .gguf file",
         )
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"{path} is not valid JSON: {exc}", "the model directory is damaged") from exc
+    path = directory / "config.json"
+    config = read_json(path, "a model config")
     if not isinstance(config, dict):
         raise ModelFileError(f"{path} is not a JSON object", "the model directory is damaged")
     return config
@@ -63,12 +62,11 @@ def quantize_mlx(
     force: bool = False,
     progress: Progress | None = None,
 ) -> QuantizedDir:
-    from llmrun.quantize.convert import GROUP_SIZES, quantize_model
+    from llmrun.quantize.convert import check_bits, quantize_model
 
     if bits not in MLX_QUANT_BITS:
         raise UsageError(f"--bits must be 4 or 8 for MLX, got {bits}", "")
-    if group_size not in GROUP_SIZES:
-        raise UsageError(f"--group-size must be one of {', '.join(map(str, GROUP_SIZES))}, got {group_size}", "")
+    check_bits(bits, group_size)
     started = time.perf_counter()
     config = read_config(source)
     if "quantization" in config or "quantization_config" in config:

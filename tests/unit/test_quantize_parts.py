@@ -231,7 +231,7 @@ def test_hparams_are_the_inverse_of_the_mlx_config(tmp_path: Path) -> None:
 
 def test_llama_qk_permutation_is_undone_by_the_mlx_converter() -> None:
     from llmrun.quantize.convert import restore
-    from llmrun.quantize.hf_gguf import gguf_name, transform
+    from llmrun.quantize.hf_gguf import name_map, transform
 
     q = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     k = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
@@ -241,9 +241,9 @@ def test_llama_qk_permutation_is_undone_by_the_mlx_converter() -> None:
         assert np.array_equal(restore("llama", name, written, LLAMA), values)
     norm = np.zeros(4, dtype=np.float32)
     assert transform("gemma3", "model.norm.weight", norm, {}).tolist() == [1.0] * 4
-    assert gguf_name("model.layers.1.mlp.down_proj.weight", "llama", 2) == "blk.1.ffn_down.weight"
-    assert gguf_name("model.embed_tokens.weight", "qwen2", 2) == "token_embd.weight"
-    assert gguf_name("lm_head.weight", "llama", 2) == "output.weight"
+    assert name_map("llama", 2)("model.layers.1.mlp.down_proj.weight") == "blk.1.ffn_down.weight"
+    assert name_map("qwen2", 2)("model.embed_tokens.weight") == "token_embd.weight"
+    assert name_map("llama", 2)("lm_head.weight") == "output.weight"
 
 
 def test_sentencepiece_scores_follow_the_merge_ranks() -> None:
