@@ -82,7 +82,7 @@ def chat_template(directory: Path) -> str | None:
         return jinja.read_text(encoding="utf-8")
     config = directory / "tokenizer_config.json"
     if config.is_file():
-        value = read_json(config, "a tokenizer config").get("chat_template")
+        value = read_json(config, "tokenizer config JSON").get("chat_template")
         if isinstance(value, str):
             return value
     return None
@@ -94,7 +94,7 @@ def read_mlx_header(directory: Path) -> GgufHeader:
         raise ModelFileError(
             f"{directory} is not a model directory (no config.json)", "point at an MLX model directory or a .gguf file"
         )
-    config = read_json(config_path, "a model config")
+    config = read_json(config_path, "model config JSON")
     if not isinstance(config, dict):
         raise ModelFileError(f"{config_path} is not a JSON object", "re-download or re-convert the model")
     config = {**config, **(config.get("text_config") or {})}

@@ -47,7 +47,7 @@ def read_config(directory: Path) -> dict[str, Any]:
             "pass a Hugging Face or MLX model directory, or a .gguf file",
         )
     path = directory / "config.json"
-    config = read_json(path, "a model config")
+    config = read_json(path, "model config JSON")
     if not isinstance(config, dict):
         raise ModelFileError(f"{path} is not a JSON object", "the model directory is damaged")
     return config
