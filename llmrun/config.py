@@ -27,6 +27,7 @@ from llmrun.sampling import SamplingParams
 
 APP_NAME = "llmrun"
 BUILTIN_DEFAULT_MODEL = "gemma3:270m"
+BUILTIN_DEFAULT_EMBEDDING = "all-minilm:l6-v2"
 
 
 def home_dir() -> Path:
@@ -86,6 +87,7 @@ class Registry:
     default: str
     models: dict[str, ModelEntry]
     files: tuple[Path, ...]
+    default_embedding: str = BUILTIN_DEFAULT_EMBEDDING
 
     def get(self, name: str) -> ModelEntry | None:
         return self.models.get(name.lower())
@@ -102,7 +104,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "defaults": dict,
 }
 _GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
-_TOP_KEYS: dict[str, type | tuple[type, ...]] = {"default": str, "models": dict}
+_TOP_KEYS: dict[str, type | tuple[type, ...]] = {"default": str, "default_embedding": str, "models": dict}
 
 
 class _Validator:
@@ -182,8 +184,15 @@ class _Validator:
         )
 
 
-def parse_registry_text(text: str, path: Path) -> tuple[str | None, dict[str, ModelEntry]]:
-    """Parse and validate one models.toml; returns its ``default`` and entries."""
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    default: str | None
+    default_embedding: str | None
+    models: dict[str, ModelEntry]
+
+
+def parse_registry_text(text: str, path: Path) -> _Parsed:
+    """Parse and validate one models.toml: its defaults and entries."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -193,7 +202,7 @@ def parse_registry_text(text: str, path: Path) -> tuple[str | None, dict[str, Mo
     models: dict[str, ModelEntry] = {}
     for name, table in data.get("models", {}).items():
         models[name] = validator.entry(name, table)
-    return data.get("default"), models
+    return _Parsed(data.get("default"), data.get("default_embedding"), models)
 
 
 def _read(path: Path) -> str:
@@ -212,15 +221,17 @@ def packaged_registry_text() -> str:
 def load_registry() -> Registry:
     """The packaged registry plus the user's file, validated."""
     packaged_path = Path(str(resources.files("llmrun").joinpath("models.toml")))
-    default, models = parse_registry_text(packaged_registry_text(), packaged_path)
+    packaged = parse_registry_text(packaged_registry_text(), packaged_path)
+    default, embedding, models = packaged.default, packaged.default_embedding, packaged.models
     files = [packaged_path]
     user_path = user_registry_path()
     if user_path.is_file():
-        user_default, user_models = parse_registry_text(_read(user_path), user_path)
-        models.update(user_models)
-        default = user_default or default
+        user = parse_registry_text(_read(user_path), user_path)
+        models.update(user.models)
+        default = user.default or default
+        embedding = user.default_embedding or embedding
         files.append(user_path)
-    return Registry(default or BUILTIN_DEFAULT_MODEL, models, tuple(files))
+    return Registry(default or BUILTIN_DEFAULT_MODEL, models, tuple(files), embedding or BUILTIN_DEFAULT_EMBEDDING)
 
 
 def default_model_name(registry: Registry) -> tuple[str, str]:

@@ -290,6 +290,11 @@ def _parse(cur: _Cursor, path: Path) -> GgufHeader:
     return GgufHeader(path, version, metadata, tuple(tensors), data_offset, cur.size)
 
 
+def is_embedding_model(header: GgufHeader) -> bool:
+    """llama.cpp pools a sentence vector only for models that name a pooling type."""
+    return header.arch_value("pooling_type") is not None
+
+
 def check_loadable(header: GgufHeader) -> None:
     """Refuse files that parse but that llama.cpp would abort the process on.
 

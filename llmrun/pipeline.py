@@ -20,7 +20,7 @@ from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.backends.select import Choice, Platform
 from llmrun.config import Registry, default_model_name
 from llmrun.errors import InsufficientMemory, LlmrunError, ModelFileError, UsageError
-from llmrun.gguf_header import GgufHeader, check_loadable, read_header
+from llmrun.gguf_header import GgufHeader, check_loadable, is_embedding_model, read_header
 from llmrun.memory import Geometry, MemoryPlan, default_context, format_bytes, geometry, plan
 from llmrun.mlx_header import read_mlx_header
 from llmrun.refs import ModelRef
@@ -120,6 +120,11 @@ def plan_run(
     )
     located = locate(registry, model_name, progress, backend, here)
     resolved, model_source, header = located.model, located.source, located.header
+    if is_embedding_model(header):
+        raise UsageError(
+            f"{resolved.name} is an embedding model; it makes vectors, not text",
+            f"index documents with it: llmrun index add DOCS -c NAME --embed-model {resolved.name}",
+        )
     if located.backend.backend == "gguf" and load_flags.get("max_kv_size") is not None:
         raise UsageError(
             "--max-kv-size is MLX's rotating KV cache; llama.cpp's KV cache is sized by --ctx", "use --ctx N"

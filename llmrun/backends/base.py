@@ -158,3 +158,17 @@ class Backend(Protocol):
     name: str
 
     def load(self, path: Path, params: LoadParams) -> LoadedModel: ...
+
+
+class Embedder(Protocol):
+    """A loaded embedding model: text in, one unit-length vector per text out."""
+
+    path: Path
+    dimension: int
+    max_tokens: int  # the longest text it embeds whole (positions, less its special tokens)
+
+    def count(self, text: str) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+    def close(self) -> None: ...

@@ -104,7 +104,7 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import batch, bench, chat, convert, doctor, inspect, models, quantize, run
+    from llmrun.cli import batch, bench, chat, convert, doctor, index, inspect, models, quantize, run
 
     app.command("run")(run.run)
     app.command("chat")(chat.chat)
@@ -120,6 +120,7 @@ def _register() -> None:
     app.command("quantize")(quantize.quantize)
     app.command("eval")(quantize.evaluate)
     app.command("doctor")(doctor.doctor)
+    app.add_typer(index.app, name="index")
 
 
 _register()

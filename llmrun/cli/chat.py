@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -29,6 +30,7 @@ COMMANDS = {
     "/load": "/load NAME — continue a saved conversation (no NAME: list them)",
     "/export": "/export FILE.md — write a Markdown transcript",
     "/stats": "timings of the last answer and the context used",
+    "/rag": "/rag NAME — answer from a document collection (llmrun index); /rag off; /rag shows which",
     "/bye": "leave (also Ctrl-D)",
 }
 ALIASES = {"/exit": "/bye", "/quit": "/bye", "/?": "/help"}
@@ -70,6 +72,17 @@ def chat(
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
     force: o.ForceOpt = False,
+    rag: Annotated[
+        str | None,
+        typer.Option(
+            "--rag",
+            help="Answer from this document collection (also /rag NAME).",
+            show_default=False,
+            rich_help_panel=o.RETRIEVAL,
+        ),
+    ] = None,
+    k: o.TopChunksOpt = 4,
+    store: o.StoreOpt = None,
 ) -> None:
     """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
 
@@ -100,13 +113,24 @@ def chat(
         on_overflow,  # type: ignore[arg-type]
     )
     try:
-        repl = Repl(session, markdown=markdown)
+        repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store))
+        if rag:
+            repl.command(f"/rag {rag}")
         if sys.stdin is not None and sys.stdin.isatty():
             repl.interactive(history=None if no_history else history_path())
         else:
             repl.lines(sys.stdin or [])
     finally:
         loaded.close()
+
+
+@dataclass
+class Rag:
+    """Retrieval in a chat: the collection each message is answered from (None: off)."""
+
+    collection: str | None = None
+    k: int = 4
+    store: str | None = None
 
 
 def choose_template(name: str | None, run_plan: RunPlan) -> tuple[str, str]:
@@ -138,11 +162,12 @@ def chats_dir() -> Path:
 class Repl:
     """Reads lines, runs slash commands, streams answers. ``handle`` is the whole behaviour."""
 
-    def __init__(self, session: ChatSession, *, markdown: bool = False) -> None:
+    def __init__(self, session: ChatSession, *, markdown: bool = False, rag: Rag | None = None) -> None:
         from llmrun.cli import render
 
         self.session = session
         self.markdown = markdown
+        self.rag = rag or Rag()
         self.out = render.out_console()
         self.used = 0
 
@@ -216,7 +241,15 @@ class Repl:
         try:
             if text.startswith("/") and not text.startswith("//"):
                 return self.command(text)
-            self.stream(lambda: self.session.reply(text[1:] if text.startswith("//") else line.strip("\n")))
+            message = text[1:] if text.startswith("//") else line.strip("\n")
+            used: tuple[Any, ...] = ()
+            if self.rag.collection:
+                message, used = self.ground(message)
+            self.stream(lambda: self.session.reply(message))
+            if used:
+                from llmrun.cli import render
+
+                render.sources(used)
         except LlmrunError as exc:
             from llmrun.cli import render
 
@@ -265,10 +298,36 @@ class Repl:
             self.note(f"wrote {s.export_markdown(Path(rest).expanduser())}")
         elif word == "/stats":
             self.stats()
+        elif word == "/rag":
+            self.use_collection(rest)
         else:
             close = difflib.get_close_matches(word, [*COMMANDS, *ALIASES], n=1)
             raise UsageError(f"unknown command {word}", f"did you mean {close[0]}?" if close else "/help lists them")
         return True
+
+    # --- retrieval -----------------------------------------------------------------
+    def use_collection(self, name: str) -> None:
+        from llmrun.rag.index import open_collection
+
+        if not name:
+            self.note(f"answering from {self.rag.collection}" if self.rag.collection else "retrieval is off")
+        elif name.lower() == "off":
+            self.rag.collection = None
+            self.note("retrieval off")
+        else:
+            info = open_collection(self.rag.store, name)
+            self.rag.collection = name
+            self.note(f"answering from {name} ({info.files} files, {info.chunks} chunks; top {self.rag.k} per message)")
+
+    def ground(self, question: str) -> tuple[str, tuple[Any, ...]]:
+        """The message with passages retrieved for it, sized to the context the conversation leaves."""
+        from llmrun.cli.index import grounded_prompt, retrieve
+
+        assert self.rag.collection is not None
+        hits = retrieve(self.rag.collection, question, self.rag.k, self.rag.store)
+        s = self.session
+        context = grounded_prompt(question, hits, s.model, s.n_ctx, s._reserve(), s.context_used)
+        return context.prompt, context.used
 
     # --- answers -------------------------------------------------------------------
     def stream(self, start: Callable[[], Generator[Token | Done, None, None]]) -> None:

@@ -15,7 +15,13 @@ if TYPE_CHECKING:
 
 
 def convert(
-    source: Annotated[str, typer.Argument(help="A .gguf file or a model name (gemma3:270m).", show_default=False)],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A .gguf file, a model name (gemma3:270m), or (for --to gguf) a Hugging Face safetensors directory.",
+            show_default=False,
+        ),
+    ],
     to: Annotated[str, typer.Option("--to", help="Target format: mlx, or gguf (unquantized).")] = "mlx",
     bits: Annotated[int, typer.Option("--bits", help="MLX: 4 or 8 (affine quantization) or 16 (bfloat16).")] = 16,
     out_type: Annotated[str, typer.Option("--type", help="GGUF: f16, bf16 or f32 (every tensor dequantized).")] = "f16",
@@ -32,11 +38,13 @@ def convert(
     or into an unquantized GGUF (F16/BF16/F32: a source for llmrun quantize and its reference).
 
     MLX: architectures gemma3, llama, qwen2; the result loads in mlx-lm with strict weight
-    checking and runs with --backend mlx.
+    checking and runs with --backend mlx. GGUF from a safetensors directory: gemma3, llama,
+    qwen2, and BERT sentence-embedding models (for llmrun index --embed-model).
 
     Examples:
       llmrun convert gemma3:270m --to mlx --bits 8 -o gemma-270m-mlx-8bit
       llmrun convert gemma3:270m --to gguf --type f16 -o gemma-270m-f16.gguf
+      llmrun convert ./all-MiniLM-L6-v2 --to gguf -o all-minilm-l6-v2-f16.gguf
     """
     from llmrun.cli import render
     from llmrun.config import load_registry
@@ -85,15 +93,26 @@ def _to_gguf(source: str, out_type: str, output: Path | None, force: bool) -> No
     from llmrun.quantize.f16 import float_type, gguf_to_float
 
     kind = float_type(out_type)
-    with render.download_progress() as progress:
-        located = locate(load_registry(), source, progress, backend="gguf")
-    dest = output or Path(f"{_base_name(located)}-{kind.lower()}.gguf")
-    if dest.resolve() == located.model.path.resolve():
-        raise UsageError("the output would replace the source", "choose another -o")
-    with render.work_progress() as progress:
-        result = gguf_to_float(located.model.path, dest, kind, force=force, progress=progress)
+    if Path(source).is_dir():
+        from llmrun.quantize.hf_gguf import hf_to_gguf
+
+        directory = Path(source)
+        dest = output or Path(f"{directory.resolve().name.lower()}-{kind.lower()}.gguf")
+        with render.work_progress() as progress:
+            result = hf_to_gguf(directory, dest, kind, force=force, progress=progress)
+    else:
+        with render.download_progress() as progress:
+            located = locate(load_registry(), source, progress, backend="gguf")
+        dest = output or Path(f"{_base_name(located)}-{kind.lower()}.gguf")
+        if dest.resolve() == located.model.path.resolve():
+            raise UsageError("the output would replace the source", "choose another -o")
+        with render.work_progress() as progress:
+            result = gguf_to_float(located.model.path, dest, kind, force=force, progress=progress)
     render.note(
         f"wrote {result.path} ({result.architecture}, {kind}, {result.tensors} tensors, "
         f"{format_bytes(result.size_bytes)}) in {result.seconds:.1f} s"
     )
-    render.note(f"quantize it: llmrun quantize {_shown(dest)} --type Q4_K_M")
+    if result.architecture == "bert":
+        render.note(f"index with it: llmrun index add DOCS -c NAME --embed-model {_shown(dest)}")
+    else:
+        render.note(f"quantize it: llmrun quantize {_shown(dest)} --type Q4_K_M")

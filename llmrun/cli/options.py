@@ -285,3 +285,22 @@ ShowParamsOpt = Annotated[
         "--show-params", help="Print every effective setting and where it came from (stderr).", rich_help_panel=OUTPUT
     ),
 ]
+
+RETRIEVAL = "Retrieval (RAG)"
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Vector store: qdrant://HOST:6333, qdrant+https://HOST, qdrant+local:///DIR "
+        "(default: the embedded store under the data directory; also LLMRUN_VECTOR_STORE).",
+        show_default=False,
+        rich_help_panel=RETRIEVAL,
+    ),
+]
+TopChunksOpt = Annotated[
+    int,
+    typer.Option(
+        "-k", "--chunks", min=1, max=100, help="How many chunks to retrieve.", rich_help_panel=RETRIEVAL
+    ),
+]

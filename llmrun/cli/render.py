@@ -487,3 +487,37 @@ def work_progress() -> Iterator[Any]:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with _progress(columns, "{name}: {done} of {total}") as update:
         yield update
+
+
+def hits(found: Sequence[Any], preview_lines: int = 6) -> None:
+    """Retrieved chunks, best first: rank, score, source, then the start of the text (stdout)."""
+    console = out_console()
+    for rank, hit in enumerate(found, start=1):
+        line = Text(f"{rank:>2}  ", style="bold")
+        line.append(f"{hit.score:.3f}  ", style="cyan")
+        line.append(hit.source, style="green")
+        console.print(line)
+        shown = hit.text.splitlines()
+        body = "\n".join(f"    {row}" for row in shown[:preview_lines])
+        if len(shown) > preview_lines:
+            body += f"\n    … ({len(shown) - preview_lines} more lines)"
+        console.print(Text(body, style="dim"))
+
+
+def sources(used: Sequence[Any]) -> None:
+    """The passages an answer was given from, after it (stdout: they belong to the answer)."""
+    console = out_console()
+    console.print(Text("\nSources:", style="bold"))
+    for number, hit in enumerate(used, start=1):
+        line = Text(f"  [{number}] ")
+        line.append(hit.source, style="green")
+        line.append(f"  ({hit.score:.2f})", style="dim")
+        console.print(line)
+
+
+def context(prompt: str) -> None:
+    """The prompt text retrieval built, as injected (stderr, so the answer stays alone on stdout)."""
+    console = err_console()
+    console.rule("context given to the model", style="dim")
+    console.print(Text(prompt, style="dim"))
+    console.rule(style="dim")

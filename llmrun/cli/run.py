@@ -15,6 +15,7 @@ from llmrun.errors import InvalidParameter, UsageError
 if TYPE_CHECKING:
     from llmrun.backends.base import Done, Token
     from llmrun.pipeline import RunPlan
+    from llmrun.rag.store import Hit
 
 
 def read_prompt(argument: str | None) -> str:
@@ -80,6 +81,23 @@ def run(
             rich_help_panel=o.OUTPUT,
         ),
     ] = 0,
+    rag: Annotated[
+        str | None,
+        typer.Option(
+            "--rag",
+            help="Answer from this document collection (llmrun index add DOCS -c NAME), then list the sources.",
+            show_default=False,
+            rich_help_panel=o.RETRIEVAL,
+        ),
+    ] = None,
+    k: o.TopChunksOpt = 4,
+    show_context: Annotated[
+        bool,
+        typer.Option(
+            "--show-context", help="With --rag: print the passages given to the model.", rich_help_panel=o.RETRIEVAL
+        ),
+    ] = False,
+    store: o.StoreOpt = None,
 ) -> None:
     """Run one prompt and stream the answer.
 
@@ -88,6 +106,8 @@ def run(
       llmrun run "The capital of France is"
 
       cat notes.txt | llmrun run "Summarize:" -t 0 --stats
+
+      llmrun run --rag notes "How do I rotate the backup keys?"
     """
     flags = o.sampling_values(locals())
     if logprobs and not json_output:
@@ -99,13 +119,20 @@ def run(
         raise UsageError(
             "no prompt given", 'pass it as an argument (llmrun run "Hello") or pipe it: echo Hello | llmrun run'
         )
+    if show_context and not rag:
+        raise UsageError("--show-context goes with --rag", "add --rag COLLECTION")
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
     run_plan = plan(model, flags, load_flags, force, backend)
     if show_params:
         _show_params(run_plan.settings(), system, raw)
         if not text.strip():
             return
-    _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs))
+    retrieval = None
+    if rag:
+        from llmrun.cli.index import retrieve
+
+        retrieval = Retrieval(retrieve(rag, text, k, store), show_context)
+    _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs), retrieval)
 
 
 def plan(
@@ -166,6 +193,12 @@ def _shown(name: str, value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class Retrieval:
+    hits: list[Hit]
+    show_context: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Output:
     stats: bool
     json: bool
@@ -173,7 +206,9 @@ class Output:
     logprobs: int
 
 
-def _generate(run_plan: RunPlan, text: str, system: str | None, raw: bool, output: Output) -> None:
+def _generate(
+    run_plan: RunPlan, text: str, system: str | None, raw: bool, output: Output, retrieval: Retrieval | None = None
+) -> None:
     import math
 
     from llmrun.backends.base import Done
@@ -189,6 +224,9 @@ def _generate(run_plan: RunPlan, text: str, system: str | None, raw: bool, outpu
         load_seconds = time.perf_counter() - started
         spinner.update("Generating…" if output.json else "Reading the prompt…")
         try:
+            used: tuple[Hit, ...] = ()
+            if retrieval is not None:
+                text, used = _ground(run_plan, model, text, system, retrieval, spinner)
             ids, prompt_format = prompt_ids(model, chat_template(run_plan), text, system, raw)
             done: Done | None = None
             want = max(output.logprobs, 1 if output.show_probs else 0)
@@ -215,12 +253,33 @@ def _generate(run_plan: RunPlan, text: str, system: str | None, raw: bool, outpu
     report = _report(run_plan, done, load_seconds, prompt_format, peak_rss(), time.perf_counter() - started)
     if output.logprobs:
         report["logprobs"] = [_logprob_entry(token, data) for token, data in tokens]
+    if retrieval is not None:
+        from llmrun.cli.index import hit_rows
+
+        report["sources"] = hit_rows(list(used))
+        if used and not output.json:
+            render.sources(used)
     if output.json:
         render.print_json(report)
     if output.show_probs and not output.json:
         render.probability_legend()
     if output.stats:
         _print_stats(report)
+
+
+def _ground(
+    run_plan: RunPlan, model: Any, question: str, system: str | None, retrieval: Retrieval, spinner: Any
+) -> tuple[str, tuple[Hit, ...]]:
+    """The question with its retrieved passages, trimmed to the context; shown with --show-context."""
+    from llmrun.cli import render
+    from llmrun.cli.index import grounded_prompt
+
+    extra = len(model.tokenize(system)) if system else 0
+    context = grounded_prompt(question, retrieval.hits, model, run_plan.load.n_ctx, run_plan.sampling.max_tokens, extra)
+    if retrieval.show_context:
+        spinner.stop()
+        render.context(context.prompt)
+    return context.prompt, context.used
 
 
 def _logprob_entry(token: Token, data: bytes) -> dict[str, Any]:

@@ -55,11 +55,17 @@ class Tensor:
     values: Callable[[], npt.NDArray[np.float32]]
 
 
-def tensor_type(shape: tuple[int, ...], out_type: str) -> Any:
-    """The ggml type a tensor is written as: ``out_type``, except 1-D tensors, which stay F32."""
+ALWAYS_F32 = ("position_embd.weight", "token_types.weight")  # added to activations: llama.cpp wants F32
+
+
+def tensor_type(name: str, shape: tuple[int, ...], out_type: str) -> Any:
+    """The ggml type a tensor is written as: ``out_type``, except 1-D tensors and BERT's position and
+    token-type embeddings (as llama.cpp's converter writes them), which stay F32."""
     from gguf.constants import GGMLQuantizationType
 
-    return GGMLQuantizationType.F32 if len(shape) <= 1 else GGMLQuantizationType[out_type]
+    if len(shape) <= 1 or name in ALWAYS_F32:
+        return GGMLQuantizationType.F32
+    return GGMLQuantizationType[out_type]
 
 
 def write_gguf(
@@ -83,7 +89,7 @@ def write_gguf(
         writer.data_alignment = alignment
     metadata(writer)
     for tensor in tensors:
-        qtype = tensor_type(tensor.shape, out_type)
+        qtype = tensor_type(tensor.name, tensor.shape, out_type)
         byte_shape = quant_shape_to_byte_shape(tensor.shape, qtype) if qtype == GGMLQuantizationType.BF16 else None
         item = 4 if qtype == GGMLQuantizationType.F32 else 2
         nbytes = int(np.prod(byte_shape)) if byte_shape else int(np.prod(tensor.shape)) * item
@@ -95,7 +101,7 @@ def write_gguf(
     try:
         for done, tensor in enumerate(tensors, 1):
             values = np.ascontiguousarray(tensor.values().reshape(tensor.shape), dtype=np.float32)
-            writer.write_tensor_data(quantize(values, tensor_type(tensor.shape, out_type)))
+            writer.write_tensor_data(quantize(values, tensor_type(tensor.name, tensor.shape, out_type)))
             progress("write tensors", done, len(tensors))
     finally:
         writer.close()

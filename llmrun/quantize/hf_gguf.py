@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3"}  # HF model_type → GGUF
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "gemma3_text": "gemma3", "bert": "bert"}  # HF model_type → GGUF
 BPE_PRE = {"llama": "llama-bpe", "qwen2": "qwen2"}  # llama.cpp's pre-tokenizer names
 _DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
@@ -90,6 +90,38 @@ def add_hparams(writer: Any, config: dict[str, Any], arch: str) -> None:
         raise UsageError(f"rope scaling {kind!r} is not supported when writing GGUF", "")
 
 
+POOLING_MODES = {"pooling_mode_mean_tokens": "MEAN", "pooling_mode_cls_token": "CLS"}
+
+
+def pooling(directory: Path) -> str:
+    """The sentence-transformers pooling (``1_Pooling/config.json``); mean when there is none."""
+    from llmrun.mlx_header import read_json
+
+    path = directory / "1_Pooling" / "config.json"
+    if not path.is_file():
+        return "MEAN"
+    config = read_json(path, "pooling config JSON")
+    modes = [kind for key, kind in POOLING_MODES.items() if isinstance(config, dict) and config.get(key)]
+    if len(modes) != 1:
+        raise UsageError(f"{path}: only mean or CLS pooling is supported", "")
+    return modes[0]
+
+
+def add_encoder_hparams(writer: Any, config: dict[str, Any], pooled: str = "MEAN") -> None:
+    """A BERT encoder's hyper-parameters: no causal mask, a pooled sentence embedding."""
+    from gguf.constants import PoolingType
+
+    writer.add_context_length(_int(config, "max_position_embeddings"))
+    writer.add_embedding_length(_int(config, "hidden_size"))
+    writer.add_block_count(_int(config, "num_hidden_layers"))
+    writer.add_feed_forward_length(_int(config, "intermediate_size"))
+    writer.add_head_count(_int(config, "num_attention_heads"))
+    writer.add_layer_norm_eps(float(config.get("layer_norm_eps", 1e-12)))
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(PoolingType[pooled])
+    writer.add_token_type_count(int(config.get("type_vocab_size") or 1))
+
+
 def rope_freqs(config: dict[str, Any]) -> Tensor | None:
     """llama-3 rope scaling as llama.cpp stores it: the per-dimension factors, a tensor."""
     import numpy as np
@@ -137,7 +169,7 @@ def safetensors_tensors(directory: Path) -> dict[str, tuple[Path, int, str, tupl
         table, data_start = safetensors_table(path)
         size = path.stat().st_size
         for name, spec in table.items():
-            if name == "__metadata__" or not isinstance(spec, dict):
+            if name == "__metadata__" or not isinstance(spec, dict) or _unused(name):
                 continue
             dtype = spec.get("dtype")
             if dtype not in _DTYPES:
@@ -151,6 +183,11 @@ def safetensors_tensors(directory: Path) -> dict[str, tuple[Path, int, str, tupl
                 raise ModelFileError(f"{path.name}: tensor {name} lies outside the file", "re-download the model")
             found[name] = (path, data_start, dtype, shape, begin, end)
     return found
+
+
+def _unused(hf_name: str) -> bool:
+    """Tensors llama.cpp computes (rope frequencies, BERT's position ids) or does not use (BERT's pooler)."""
+    return hf_name.endswith(("rotary_emb.inv_freq", "embeddings.position_ids")) or hf_name.startswith("pooler.")
 
 
 def _loader(entry: tuple[Path, int, str, tuple[int, ...], int, int]) -> Callable[[], npt.NDArray[np.float32]]:
@@ -181,8 +218,6 @@ def tensors(directory: Path, config: dict[str, Any], arch: str) -> list[Tensor]:
     for hf_name, entry in sorted(safetensors_tensors(directory).items()):
         if tied and hf_name == "lm_head.weight":
             continue
-        if hf_name.endswith("rotary_emb.inv_freq"):
-            continue  # computed, not learned
         name = to_gguf(hf_name)
         if name is None:
             raise UsageError(f"tensor {hf_name} has no GGUF name for {arch}", "the model is a variant not supported")
@@ -215,7 +250,11 @@ def add_vocabulary(writer: Any, directory: Path, arch: str, vocab_size: int) -> 
         tokens[token_id] = str(spec["content"])
         types[token_id] = TokenType.CONTROL if spec.get("special") else TokenType.USER_DEFINED
     byte_level = model.get("type") == "BPE" and not model.get("byte_fallback")
-    if byte_level:
+    if model.get("type") == "WordPiece":
+        writer.add_tokenizer_model("bert")  # llama.cpp's WPM: word starts as "▁word", "##piece" as "piece"
+        writer.add_tokenizer_pre("default")
+        tokens = [_phantom(piece) for piece in tokens]
+    elif byte_level:
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(BPE_PRE.get(arch, "default"))
     elif model.get("type") in ("BPE", "Unigram"):
@@ -235,6 +274,12 @@ def add_vocabulary(writer: Any, directory: Path, arch: str, vocab_size: int) -> 
     special.add_to_gguf(writer, quiet=True)
     if not special.chat_template and (directory / "chat_template.jinja").is_file():
         writer.add_chat_template((directory / "chat_template.jinja").read_text(encoding="utf-8"))
+
+
+def _phantom(piece: str) -> str:
+    if piece.startswith("[") and piece.endswith("]"):
+        return piece
+    return piece[2:] if piece.startswith("##") else "\u2581" + piece
 
 
 def _pieces(model: dict[str, Any]) -> dict[int, str]:
@@ -294,7 +339,10 @@ def hf_to_gguf(
         writer.add_name(source.absolute().name)
         writer.add_file_type(FLOAT_TYPES[out_type])
         writer.add_quantization_version(2)
-        add_hparams(writer, config, arch)
+        if arch == "bert":
+            add_encoder_hparams(writer, config, pooling(source))
+        else:
+            add_hparams(writer, config, arch)
         add_vocabulary(writer, source, arch, _int(config, "vocab_size"))
 
     step = progress or (lambda what, done, total: None)

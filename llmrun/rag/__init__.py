@@ -1,0 +1,1 @@
+"""Retrieval-augmented generation: documents → chunks → embeddings → a vector store → prompts."""
