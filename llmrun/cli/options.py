@@ -300,7 +300,5 @@ StoreOpt = Annotated[
 ]
 TopChunksOpt = Annotated[
     int,
-    typer.Option(
-        "-k", "--chunks", min=1, max=100, help="How many chunks to retrieve.", rich_help_panel=RETRIEVAL
-    ),
+    typer.Option("-k", "--chunks", min=1, max=100, help="How many chunks to retrieve.", rich_help_panel=RETRIEVAL),
 ]

@@ -153,7 +153,9 @@ def test_chunks_carry_line_ranges_and_content_hashes(minilm: Path, tmp_path: Pat
     import hashlib
 
     doc = tmp_path / "long.md"
-    sections = [f"## Part {i}\n\n" + " ".join(f"Sentence {i}.{j} about topic {i}." for j in range(30)) for i in range(4)]
+    sections = [
+        f"## Part {i}\n\n" + " ".join(f"Sentence {i}.{j} about topic {i}." for j in range(30)) for i in range(4)
+    ]
     doc.write_text("# Title\n\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
     store = open_store("")
     index.add(store, "long", [doc], None, _opener(minilm), 64, 8)
@@ -233,7 +235,7 @@ def test_bad_input_is_one_clear_line(minilm: Path, docs: Path, tmp_path: Path, g
     assert invoke(["index", "add", str(empty), "-c", "hollow", *embed])[0] == 0
     cases.append((["index", "query", "hollow", "anything"], "collection hollow is empty"))
     for args, message in cases:
-        code, out, err = invoke(args)
+        code, _, err = invoke(args)
         assert code != 0, args
         assert message in err, (args, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
