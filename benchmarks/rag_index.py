@@ -145,12 +145,8 @@ def main() -> None:
 
     print(f"\nquery latency at {len(texts)} chunks, top 5 (median of {len(qvectors)})")
     print(f"  whole query: load model, embed, search  {median_ms(whole_times):8.1f} ms")
-    print(
-        f"  search, embedded SQLite store           {median_ms(sqlite_times):8.2f} ms  ({median_ms(sqlite_times) / floor:.0f}x floor)"
-    )
-    print(
-        f"  search, Qdrant embedded mode            {median_ms(qdrant_times):8.2f} ms  ({median_ms(qdrant_times) / floor:.0f}x floor)"
-    )
+    print(line("search, embedded SQLite store", sqlite_times))
+    print(line("search, Qdrant embedded mode", qdrant_times))
     print(f"  numpy over vectors in memory (floor)    {floor:8.3f} ms")
 
 
