@@ -292,8 +292,8 @@ StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="Vector store: qdrant://HOST:6333, qdrant+https://HOST, qdrant+local:///DIR "
-        "(default: the embedded store under the data directory; also LLMRUN_VECTOR_STORE).",
+        help="Vector store: postgresql://USER@HOST/DB (pgvector), qdrant://HOST:6333, qdrant+https://HOST, "
+        "qdrant+local:///DIR (default: the embedded store under the data directory; also LLMRUN_VECTOR_STORE).",
         show_default=False,
         rich_help_panel=RETRIEVAL,
     ),

@@ -5,8 +5,9 @@ each indexed file (to re-embed only what changed) and what it was built with —
 model, dimension, chunk size — so a query or an update cannot mix models.
 
 ``--store`` (or ``LLMRUN_VECTOR_STORE``) picks the engine: nothing → the embedded store under
-the data directory (SQLite, exact search, no server); ``qdrant://HOST:PORT`` or
-``qdrant+https://HOST`` → a Qdrant server; ``qdrant+local:///DIR`` → Qdrant's own embedded mode.
+the data directory (SQLite, exact search, no server); ``postgresql://…`` → PostgreSQL with
+pgvector; ``qdrant://HOST:PORT`` or ``qdrant+https://HOST`` → a Qdrant server;
+``qdrant+local:///DIR`` → Qdrant's own embedded mode.
 """
 
 from __future__ import annotations
@@ -110,11 +111,16 @@ def open_store(url: str | None = None) -> VectorStore:
         from llmrun.rag.qdrant import QdrantStore
 
         return QdrantStore.from_url(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        from llmrun.rag.pgvector import PgvectorStore
+
+        return PgvectorStore(url)
     if url.startswith("sqlite://"):
         from llmrun.rag.sqlite import SqliteStore
 
         return SqliteStore(Path(url.removeprefix("sqlite://")).expanduser())
     raise UsageError(
         f"unknown vector store {url!r}",
-        "use qdrant://HOST:6333, qdrant+https://HOST, qdrant+local:///DIR or sqlite:///DIR (default: embedded)",
+        "use postgresql://USER@HOST/DB, qdrant://HOST:6333, qdrant+https://HOST, qdrant+local:///DIR "
+        "or sqlite:///DIR (default: the embedded store)",
     )

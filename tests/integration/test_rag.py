@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,26 @@ QUESTIONS = {  # question → the document that answers it (worded unlike the do
 pytestmark = pytest.mark.slow
 
 
-def stores(tmp_path: Path) -> list[str]:
-    return ["", f"qdrant+local://{tmp_path / 'qdrant'}"]
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL 16 server with pgvector (the pgserver package's binaries), for this module."""
+    import pgserver  # type: ignore[import-untyped]
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+STORES = ["sqlite", "qdrant", "postgres"]
+
+
+def store_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """The --store URL of each engine: embedded SQLite, Qdrant's embedded mode, a PostgreSQL server."""
+    if kind == "postgres":
+        return str(request.getfixturevalue("postgres"))
+    return f"qdrant+local://{tmp_path / 'qdrant'}" if kind == "qdrant" else ""
 
 
 @pytest.fixture
@@ -89,10 +108,13 @@ def test_tokenizer_matches_the_reference_wordpiece(minilm: Path) -> None:
         embedder.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "qdrant"])
-def test_retrieval_finds_the_right_document(minilm: Path, docs: Path, tmp_path: Path, backend: str) -> None:
+@pytest.mark.parametrize("kind", STORES)
+def test_retrieval_finds_the_right_document(
+    minilm: Path, docs: Path, tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
     """20 documents, 10 questions worded unlike them: the answering document is in the top 3 for ≥ 9."""
-    store = open_store(stores(tmp_path)[backend == "qdrant"])
+    store = open_store(store_url(kind, tmp_path, request))
+    store.remove("corpus")
     model = _opener(minilm)("")
     report = index.add(store, "corpus", [docs], model, _opener(minilm), 128, 16)
     assert len(report.indexed) == 20 and report.chunks >= 20
@@ -103,8 +125,12 @@ def test_retrieval_finds_the_right_document(minilm: Path, docs: Path, tmp_path: 
     assert found >= 9, f"only {found} of 10 questions found their document in the top 3"
 
 
-def test_reindex_embeds_only_changed_files_and_drops_deleted(minilm: Path, docs: Path, tmp_path: Path) -> None:
-    store = open_store("")
+@pytest.mark.parametrize("kind", STORES)
+def test_reindex_embeds_only_changed_files_and_drops_deleted(
+    minilm: Path, docs: Path, tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    store = open_store(store_url(kind, tmp_path, request))
+    store.remove("notes")
     opener = _opener(minilm)
     first = index.add(store, "notes", [docs], None, opener, 128, 16)
     assert len(first.indexed) == 20 and first.created
@@ -147,6 +173,20 @@ def test_cli_index_add_ls_query_rm(minilm: Path, docs: Path) -> None:
     assert code == 0 and "removed collection notes" in err
     code, out, err = invoke(["index", "ls"])
     assert "no collections" in err
+
+
+def test_cli_with_a_postgres_server(minilm: Path, docs: Path, postgres: str) -> None:
+    store = ["--store", postgres]
+    invoke(["index", "rm", "pg", *store])
+    code, _, err = invoke(["index", "add", str(docs), "-c", "pg", "--embed-model", str(minilm), *store])
+    assert code == 0 and "20 files indexed" in err, err
+    code, out, err = invoke(["index", "query", "pg", "green tea water temperature", "-k", "1", "--json", *store])
+    assert json.loads(out)["hits"][0]["path"].endswith("tea.txt")
+    code, out, _ = invoke(["index", "ls", "--json", *store])
+    assert "pg" in [c["name"] for c in json.loads(out)["collections"]]
+    assert invoke(["index", "rm", "pg", *store])[0] == 0
+    code, _, err = invoke(["index", "ls", "--store", "postgresql://nobody@127.0.0.1:1/none"])
+    assert code != 0 and "PostgreSQL at postgresql://nobody@127.0.0.1:1/none" in err and "Traceback" not in err
 
 
 def test_chunks_carry_line_ranges_and_content_hashes(minilm: Path, tmp_path: Path) -> None:
