@@ -105,10 +105,11 @@ def add(
             )
         try:
             rechunk = (collection.info.chunk_tokens, collection.info.overlap) != (chunk_tokens, overlap)
-            known = {} if rechunk else collection.file_hashes()
+            indexed = collection.file_hashes()
+            known = {} if rechunk else indexed
             present = {str(d.path) for d in documents}
             roots = [p.absolute() for p in paths]
-            report.removed = sorted(p for p in collection.file_hashes() if _under(p, roots) and p not in present)
+            report.removed = sorted(p for p in indexed if _under(p, roots) and p not in present)
             collection.remove_files(report.removed)
             work: list[tuple[Document, str, list[Chunk]]] = []
             for number, document in enumerate(documents, start=1):

@@ -358,3 +358,39 @@ def test_retrieval_with_mlx_embeddings(docs: Path) -> None:
     assert found >= 9
     code, out, _ = invoke(["index", "ls", "--json"])
     assert json.loads(out)["collections"][0]["embed_model"] == str(Path(directory).resolve())
+
+
+def test_ctrl_c_while_indexing_keeps_every_file_whole(minilm: Path, tmp_path: Path) -> None:
+    """SIGINT in the middle of embedding: one line, and each file's chunks are all there or absent;
+    the next `add` finishes the job."""
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    many = tmp_path / "many"
+    many.mkdir()
+    pool = [p.read_text(encoding="utf-8") for p in sorted(CORPUS.iterdir())]
+    for i in range(150):
+        (many / f"doc{i:03d}.md").write_text("\n\n".join(pool[(i + j) % 20] for j in range(6)), encoding="utf-8")
+    args = [sys.executable, "-m", "llmrun", "index", "add", str(many), "-c", "big", "--embed-model", str(minilm)]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    lines = []
+    for line in process.stderr:  # plain progress lines off a terminal: wait for the embedding to be under way
+        lines.append(line)
+        if line.startswith("embed chunks:"):
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode != 0
+    assert "interrupted" in rest and "Traceback" not in "".join(lines) + rest
+    db = sqlite3.connect(Path(os.environ["LLMRUN_HOME"]) / "rag" / "big.sqlite")
+    files = dict(db.execute("SELECT path, chunks FROM files").fetchall())
+    counted = dict(db.execute("SELECT path, COUNT(*) FROM chunks GROUP BY path").fetchall())
+    db.close()
+    assert files == counted  # no file half-written, no chunks without their file's hash
+    assert len(files) < 150  # it was interrupted before the end
+    code, _, err = invoke(["index", "add", str(many), "-c", "big"])
+    assert code == 0, err
+    assert f"{150 - len(files)} files indexed" in err and f"{len(files)} unchanged" in err

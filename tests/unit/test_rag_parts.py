@@ -154,5 +154,11 @@ def test_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(open_store(f"sqlite://{tmp_path}"), SqliteStore)
     monkeypatch.setenv("LLMRUN_VECTOR_STORE", f"sqlite://{tmp_path}/env")
     assert open_store().location == f"{tmp_path}/env"
+    from llmrun.rag.pgvector import PgvectorStore
+    from llmrun.rag.qdrant import QdrantStore
+
+    assert isinstance(open_store("postgresql://me:secret@db.example/docs"), PgvectorStore)
+    assert open_store("postgresql://me:secret@db.example/docs").location == "postgresql://me@db.example/docs"
+    assert isinstance(open_store(f"qdrant+local://{tmp_path}/q"), QdrantStore)
     with pytest.raises(UsageError, match="unknown vector store"):
-        open_store("postgres://x")
+        open_store("redis://localhost:6379")
