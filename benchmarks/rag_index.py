@@ -83,9 +83,11 @@ def main() -> None:
 
     collection = store.open("bench")
     assert collection is not None
-    rows = collection._db.execute("SELECT text, vector FROM chunks ORDER BY id").fetchall()  # type: ignore[attr-defined]
-    texts = [row[0] for row in rows]
-    vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+    db = collection._db  # type: ignore[attr-defined]
+    files = db.execute("SELECT path, vectors FROM files ORDER BY path").fetchall()
+    chunk_rows = db.execute("SELECT path, start, end, unit, text FROM chunks ORDER BY path, ord").fetchall()
+    texts = [row[4] for row in chunk_rows]
+    vectors = np.frombuffer(b"".join(row[1] for row in files), dtype=np.float32).reshape(len(texts), -1)
 
     embedder = opener("").open()
     started = time.perf_counter()
@@ -122,7 +124,6 @@ def main() -> None:
     from llmrun.rag.chunking import Chunk
 
     qcollection = qdrant.create(collection.info)
-    chunk_rows = collection._db.execute("SELECT path, start, end, unit, text FROM chunks ORDER BY id").fetchall()  # type: ignore[attr-defined]
     by_path: dict[str, list[int]] = {}
     for i, row in enumerate(chunk_rows):
         by_path.setdefault(row[0], []).append(i)

@@ -1,8 +1,9 @@
 """The embedded vector store: one SQLite file per collection under ``<data dir>/rag/``.
 
-Vectors are float32 blobs searched exactly (one matrix product over every chunk: about a
-millisecond per 10,000 chunks of 384 dimensions), which is what a personal document set
-needs — no approximate index to build or tune. Each file's chunks are replaced in one
+A file's vectors are one float32 matrix (a blob in its ``files`` row), so a search reads one
+row per file and does one exact matrix product over every chunk — a few milliseconds at
+10,000 chunks — which is what a personal document set needs: no approximate index to build
+or tune, no recall lost. Each file's chunks are replaced in one
 transaction, so an interrupted ``index add`` leaves every file either fully old or fully new.
 """
 
@@ -27,12 +28,13 @@ if TYPE_CHECKING:
 SUFFIX = ".sqlite"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, hash TEXT NOT NULL, chunks INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY, path TEXT NOT NULL, start INTEGER NOT NULL, end INTEGER NOT NULL,
-    unit TEXT NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY, hash TEXT NOT NULL, chunks INTEGER NOT NULL, vectors BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
+CREATE TABLE IF NOT EXISTS chunks (
+    path TEXT NOT NULL, ord INTEGER NOT NULL, start INTEGER NOT NULL, end INTEGER NOT NULL,
+    unit TEXT NOT NULL, hash TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (path, ord)
+);
 """
 _META_INT = ("dimension", "chunk_tokens", "overlap")
 
@@ -69,16 +71,14 @@ class SqliteCollection:
     ) -> None:
         import numpy as np
 
-        rows = [
-            (path, c.start, c.end, c.unit, c.hash, c.text, np.ascontiguousarray(v, dtype=np.float32).tobytes())
-            for c, v in zip(chunks, vectors, strict=True)
-        ]
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        rows = [(path, i, c.start, c.end, c.unit, c.hash, c.text) for i, c in enumerate(chunks)]
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32).tobytes()
         with _errors(self.path), self._db:
             self._db.execute("DELETE FROM chunks WHERE path = ?", (path,))
-            self._db.executemany(
-                "INSERT INTO chunks (path, start, end, unit, hash, text, vector) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
-            )
-            self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?)", (path, file_hash, len(rows)))
+            self._db.executemany("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (path, file_hash, len(rows), matrix))
 
     def remove_files(self, paths: Sequence[str]) -> None:
         with _errors(self.path), self._db:
@@ -98,21 +98,24 @@ class SqliteCollection:
         import numpy as np
 
         with _errors(self.path):
-            rows = self._db.execute("SELECT id, vector FROM chunks").fetchall()
-            if not rows:
+            files = self._db.execute("SELECT path, chunks, vectors FROM files WHERE chunks > 0").fetchall()
+            if not files:
                 return []
-            ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-            matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32)
-            scores = matrix.reshape(len(rows), self.info.dimension) @ vector.astype(np.float32)
-            k = min(k, len(rows))
+            counts = np.array([row[1] for row in files])
+            owner = np.repeat(np.arange(len(files)), counts)  # row → file
+            order = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)  # row → ord
+            matrix = np.frombuffer(b"".join(row[2] for row in files), dtype=np.float32)
+            scores = matrix.reshape(len(owner), self.info.dimension) @ vector.astype(np.float32)
+            k = min(k, len(owner))
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.argsort(-scores[top], kind="stable")]
             hits = []
-            for index in top:
+            for row in top:
                 found = self._db.execute(
-                    "SELECT text, path, start, end, unit FROM chunks WHERE id = ?", (int(ids[index]),)
+                    "SELECT text, path, start, end, unit FROM chunks WHERE path = ? AND ord = ?",
+                    (files[owner[row]][0], int(order[row])),
                 ).fetchone()
-                hits.append(Hit(float(scores[index]), *found))
+                hits.append(Hit(float(scores[row]), *found))
             return hits
 
     def close(self) -> None:

@@ -201,7 +201,7 @@ def test_chunks_carry_line_ranges_and_content_hashes(minilm: Path, tmp_path: Pat
     index.add(store, "long", [doc], None, _opener(minilm), 64, 8)
     collection = store.open("long")
     assert collection is not None
-    rows = collection._db.execute("SELECT start, end, hash, text FROM chunks ORDER BY id").fetchall()
+    rows = collection._db.execute("SELECT start, end, hash, text FROM chunks ORDER BY ord").fetchall()
     collection.close()
     lines = doc.read_text(encoding="utf-8").splitlines()
     assert len(rows) > 4
