@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
     from llmrun.store import Progress
 
-EMBED_BATCH = 32  # chunks per embedding call (progress moves between calls)
+EMBED_BATCH = 64  # chunks per embedding call (progress moves, and finished files are stored, between calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,74 +73,97 @@ def add(
 
     ``model`` is what --embed-model named; ``None`` means the collection's own, or for a new
     collection ``default_model("")`` (``default_model(name)`` reopens a recorded name)."""
-    import numpy as np
-
     check_name(name)
     if overlap >= chunk_tokens:
         raise UsageError(f"--overlap {overlap} must be smaller than --chunk-tokens {chunk_tokens}", "")
     started = time.perf_counter()
-    step = progress or (lambda what, done, total: None)
     documents, skipped = find(paths)
     collection = store.open(name)
-    if collection is not None and model is not None:
-        check_same_model(collection.info, model)
-    chosen = model or default_model(collection.info.embed_model if collection else "")
-    embedder = chosen.open()
     try:
-        if chunk_tokens > embedder.max_tokens:
-            raise UsageError(
-                f"--chunk-tokens {chunk_tokens} is more than {chosen.name} reads at once ({embedder.max_tokens})",
-                f"use --chunk-tokens {min(256, embedder.max_tokens)} or less",
-            )
-        if collection is not None and embedder.dimension != collection.info.dimension:
-            raise UsageError(
-                f"{chosen.name} makes {embedder.dimension}-dimension vectors; "
-                f"collection {name} holds {collection.info.dimension}",
-                "index into a new collection",
-            )
-        report = AddReport(name, chosen.name, embedder.dimension, skipped=skipped, created=collection is None)
-        if collection is None:
-            collection = store.create(
-                CollectionInfo(name, chosen.name, str(chosen.path), embedder.dimension, chunk_tokens, overlap)
-            )
+        if collection is not None and model is not None:
+            check_same_model(collection.info, model)
+        chosen = model or default_model(collection.info.embed_model if collection else "")
+        embedder = chosen.open()
         try:
-            rechunk = (collection.info.chunk_tokens, collection.info.overlap) != (chunk_tokens, overlap)
-            indexed = collection.file_hashes()
-            known = {} if rechunk else indexed
-            present = {str(d.path) for d in documents}
-            roots = [p.absolute() for p in paths]
-            report.removed = sorted(p for p in indexed if _under(p, roots) and p not in present)
-            collection.remove_files(report.removed)
-            work: list[tuple[Document, str, list[Chunk]]] = []
-            for number, document in enumerate(documents, start=1):
-                step("read files", number, len(documents))
-                digest = file_hash(document.path)
-                if known.get(str(document.path)) == digest:
-                    report.unchanged += 1
-                    continue
-                lines = read_lines(document)
-                chunks = chunk_lines(lines, embedder.count, chunk_tokens, overlap, document.kind, document.unit)
-                work.append((document, digest, chunks))
-            total = sum(len(chunks) for _, _, chunks in work)
-            embed_started = time.perf_counter()
-            for document, digest, chunks in work:
-                vectors = []
-                for begin in range(0, len(chunks), EMBED_BATCH):
-                    vectors.append(embedder.embed([c.text for c in chunks[begin : begin + EMBED_BATCH]]))
-                    report.chunks += len(chunks[begin : begin + EMBED_BATCH])
-                    step("embed chunks", report.chunks, total)
-                matrix = np.concatenate(vectors) if vectors else np.zeros((0, embedder.dimension), np.float32)
-                collection.replace_file(str(document.path), digest, chunks, matrix)
-                report.indexed.append(str(document.path))
-            report.embed_seconds = time.perf_counter() - embed_started
-            if rechunk:
-                collection.set_chunking(chunk_tokens, overlap)
+            _check_fit(embedder, chosen.name, collection.info if collection else None, chunk_tokens)
+            report = AddReport(name, chosen.name, embedder.dimension, skipped=skipped, created=collection is None)
+            if collection is None:
+                info = CollectionInfo(name, chosen.name, str(chosen.path), embedder.dimension, chunk_tokens, overlap)
+                collection = store.create(info)
+            _update(collection, embedder, documents, paths, (chunk_tokens, overlap), report, progress)
         finally:
-            collection.close()
+            embedder.close()
     finally:
-        embedder.close()
+        if collection is not None:
+            collection.close()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _check_fit(embedder: Embedder, model: str, info: CollectionInfo | None, chunk_tokens: int) -> None:
+    if chunk_tokens > embedder.max_tokens:
+        raise UsageError(
+            f"--chunk-tokens {chunk_tokens} is more than {model} reads at once ({embedder.max_tokens})",
+            f"use --chunk-tokens {min(256, embedder.max_tokens)} or less",
+        )
+    if info is not None and embedder.dimension != info.dimension:
+        raise UsageError(
+            f"{model} makes {embedder.dimension}-dimension vectors; collection {info.name} holds {info.dimension}",
+            "index into a new collection",
+        )
+
+
+def _update(
+    collection: Collection,
+    embedder: Embedder,
+    documents: Sequence[Document],
+    paths: Sequence[Path],
+    chunking: tuple[int, int],
+    report: AddReport,
+    progress: Progress | None,
+) -> None:
+    """Drop deleted files, then chunk and embed new and changed ones, one file per store write."""
+    import numpy as np
+
+    step = progress or (lambda what, done, total: None)
+    rechunk = (collection.info.chunk_tokens, collection.info.overlap) != chunking
+    indexed = collection.file_hashes()
+    known = {} if rechunk else indexed
+    present = {str(d.path) for d in documents}
+    roots = [p.absolute() for p in paths]
+    report.removed = sorted(p for p in indexed if _under(p, roots) and p not in present)
+    collection.remove_files(report.removed)
+    work: list[tuple[Document, str, list[Chunk]]] = []
+    for number, document in enumerate(documents, start=1):
+        step("read files", number, len(documents))
+        digest = file_hash(document.path)
+        if known.get(str(document.path)) == digest:
+            report.unchanged += 1
+            continue
+        chunks = chunk_lines(read_lines(document), embedder.count, *chunking, document.kind, document.unit)
+        work.append((document, digest, chunks))
+    texts = [chunk.text for _, _, chunks in work for chunk in chunks]
+    vectors = np.zeros((len(texts), embedder.dimension), np.float32)
+    embed_started = time.perf_counter()
+    written = 0  # files stored so far; a file is stored as soon as all its chunks are embedded
+    ends = np.cumsum([len(chunks) for _, _, chunks in work])
+    for begin in range(0, len(texts), EMBED_BATCH):  # batches span files, so llama.cpp's batches stay full
+        vectors[begin : begin + EMBED_BATCH] = embedder.embed(texts[begin : begin + EMBED_BATCH])
+        report.chunks = min(begin + EMBED_BATCH, len(texts))
+        step("embed chunks", report.chunks, len(texts))
+        while written < len(work) and ends[written] <= report.chunks:
+            document, digest, chunks = work[written]
+            collection.replace_file(
+                str(document.path), digest, chunks, vectors[ends[written] - len(chunks) : ends[written]]
+            )
+            report.indexed.append(str(document.path))
+            written += 1
+    for document, digest, chunks in work[written:]:  # files with no chunks (empty)
+        collection.replace_file(str(document.path), digest, chunks, vectors[:0])
+        report.indexed.append(str(document.path))
+    report.embed_seconds = time.perf_counter() - embed_started
+    if rechunk:
+        collection.set_chunking(*chunking)
 
 
 def _existing(store: VectorStore, name: str) -> Collection:
