@@ -72,15 +72,7 @@ def chat(
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
     force: o.ForceOpt = False,
-    rag: Annotated[
-        str | None,
-        typer.Option(
-            "--rag",
-            help="Answer from this document collection (also /rag NAME).",
-            show_default=False,
-            rich_help_panel=o.RETRIEVAL,
-        ),
-    ] = None,
+    rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
     store: o.StoreOpt = None,
 ) -> None:

@@ -45,8 +45,8 @@ def add(
         str | None,
         typer.Option(
             "--embed-model",
-            help="Embedding model (models.toml name, Hub repo or .gguf). Default: models.toml's default_embedding "
-            "for a new collection, the collection's own model otherwise.",
+            help="Embedding model: a models.toml name, Hub repo or .gguf (llama.cpp), or a BERT directory (MLX). "
+            "Default: models.toml's default_embedding for a new collection, the collection's own otherwise.",
             show_default=False,
         ),
     ] = None,
@@ -59,8 +59,9 @@ def add(
     store: o.StoreOpt = None,
     json_output: o.JsonOpt = False,
 ) -> None:
-    """Index text, Markdown, source code and PDF files. Re-running embeds only new and changed
-    files and drops the chunks of files deleted from the folders given.
+    """Index text, Markdown, source code and PDF files into a collection.
+
+    Re-running embeds only new and changed files and drops the chunks of files deleted from the folders given.
 
     Examples:
 

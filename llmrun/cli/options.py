@@ -302,3 +302,12 @@ TopChunksOpt = Annotated[
     int,
     typer.Option("-k", "--chunks", min=1, max=100, help="How many chunks to retrieve.", rich_help_panel=RETRIEVAL),
 ]
+RagOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rag",
+        help="Answer from this document collection (made by llmrun index add DOCS -c NAME); the sources follow.",
+        show_default=False,
+        rich_help_panel=RETRIEVAL,
+    ),
+]

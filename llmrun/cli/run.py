@@ -81,15 +81,7 @@ def run(
             rich_help_panel=o.OUTPUT,
         ),
     ] = 0,
-    rag: Annotated[
-        str | None,
-        typer.Option(
-            "--rag",
-            help="Answer from this document collection (llmrun index add DOCS -c NAME), then list the sources.",
-            show_default=False,
-            rich_help_panel=o.RETRIEVAL,
-        ),
-    ] = None,
+    rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
     show_context: Annotated[
         bool,

@@ -238,3 +238,24 @@ def test_a_safetensors_repo_is_pulled_then_quantized(hub: FakeHub, gemma_mlx16: 
     assert code == 0, err
     names = {row["name"] for row in json.loads(invoke(["list", "--json"])[1])}
     assert names == {"gemma-test-q8_0", f"{repo}:safetensors"}
+
+
+def test_index_pulls_the_default_embedding_model(hub: FakeHub, minilm: Path, tmp_path: Path) -> None:
+    """`index add` without --embed-model resolves models.toml's default_embedding and pulls it from the
+    Hub (here the local server, serving the converted MiniLM under the registry's repo and file name)."""
+    from llmrun.config import load_registry
+
+    registry = load_registry()
+    entry = registry.get(registry.default_embedding)
+    assert entry is not None and entry.gguf is not None
+    hub.add(entry.gguf.repo, next(iter(entry.gguf.files.values())), minilm)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Tides\n\nThe Moon's gravity raises two tides a day.\n", encoding="utf-8")
+    code, _, err = invoke(["index", "add", str(docs), "-c", "default"])
+    assert code == 0, err
+    assert f"({registry.default_embedding}, 384 dimensions)" in err
+    code, out, _ = invoke(["list", "--json"])
+    assert registry.default_embedding in out
+    code, out, err = invoke(["index", "query", "default", "why is there a high tide", "--json"])
+    assert code == 0 and json.loads(out)["hits"][0]["path"].endswith("a.md")
