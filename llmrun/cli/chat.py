@@ -74,6 +74,7 @@ def chat(
     force: o.ForceOpt = False,
     rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
+    min_score: o.MinScoreOpt = -1.0,
     store: o.StoreOpt = None,
 ) -> None:
     """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
@@ -105,7 +106,7 @@ def chat(
         on_overflow,  # type: ignore[arg-type]
     )
     try:
-        repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store))
+        repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store, min_score))
         if rag:
             repl.command(f"/rag {rag}")
         if sys.stdin is not None and sys.stdin.isatty():
@@ -123,6 +124,7 @@ class Rag:
     collection: str | None = None
     k: int = 4
     store: str | None = None
+    min_score: float = -1.0
 
 
 def choose_template(name: str | None, run_plan: RunPlan) -> tuple[str, str]:
@@ -316,7 +318,7 @@ class Repl:
         from llmrun.cli.index import grounded_prompt, retrieve
 
         assert self.rag.collection is not None
-        hits = retrieve(self.rag.collection, question, self.rag.k, self.rag.store)
+        hits = retrieve(self.rag.collection, question, self.rag.k, self.rag.store, self.rag.min_score)
         s = self.session
         context = grounded_prompt(question, hits, s.model, s.n_ctx, s._reserve(), s.context_used)
         return context.prompt, context.used

@@ -192,6 +192,7 @@ def query(
     name: Annotated[str, typer.Argument(help="The collection to search.", show_default=False)],
     text: Annotated[str, typer.Argument(help="What to look for.", show_default=False)],
     k: o.TopChunksOpt = 5,
+    min_score: o.MinScoreOpt = -1.0,
     store: o.StoreOpt = None,
     json_output: o.JsonOpt = False,
 ) -> None:
@@ -206,6 +207,7 @@ def query(
     from llmrun.rag.store import open_store
 
     info, hits = index.query(open_store(store), name, text, k, model_opener())
+    hits = [hit for hit in hits if hit.score >= min_score]
     if json_output:
         render.print_json({"collection": info.name, "embed_model": info.embed_model, "hits": hit_rows(hits)})
         return
@@ -227,15 +229,19 @@ def hit_rows(hits: list[Hit]) -> list[dict[str, Any]]:
     ]
 
 
-def retrieve(name: str, question: str, k: int, store: str | None) -> list[Hit]:
-    """The top ``k`` chunks of collection ``name`` for ``question`` (for run --rag and chat /rag)."""
+def retrieve(name: str, question: str, k: int, store: str | None, min_score: float = -1.0) -> list[Hit]:
+    """The top ``k`` chunks of collection ``name`` for ``question`` scoring at least ``min_score``
+    (for run --rag and chat /rag); a warning when none does."""
     from llmrun.cli import render
     from llmrun.rag import index
     from llmrun.rag.store import open_store
 
     with render.status(f"Searching {name}…"):
         _, hits = index.query(open_store(store), name, question, k, model_opener())
-    return hits
+    kept = [hit for hit in hits if hit.score >= min_score]
+    if hits and not kept:
+        render.warn(f"no passage in {name} scores {min_score} or more (best: {hits[0].score:.2f}); answering without")
+    return kept
 
 
 def grounded_prompt(question: str, hits: list[Hit], model: Any, n_ctx: int, max_tokens: int, extra: int = 0) -> Any:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmrun.backends.base import KV_TYPES
 from llmrun.cli import options as o
 from llmrun.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmrun.gguf_header import GgufHeader
 
 
 def show(
@@ -71,6 +74,7 @@ def show(
         ),
         "vocabulary": geom.n_vocab if geom else None,
         "chat_template": bool(header.chat_template or (entry and entry.template)),
+        "embedding": _embedding(header),
         "license": (entry.license if entry and entry.license else None) or header.metadata.get("general.license"),
         "tensor_types": {name: {"tensors": c, "bytes": b} for name, (c, b) in weights_by_type(header).items()},
     }
@@ -191,3 +195,13 @@ def _indexed_sha256(path: Path) -> str | None:
                 sha: str | None = f.get("sha256")
                 return sha
     return None
+
+
+def _embedding(header: GgufHeader) -> str | None:
+    """What an embedding model makes ("384-dimension vectors, mean pooling"), else None."""
+    from llmrun.gguf_header import is_embedding_model
+
+    if not is_embedding_model(header):
+        return None
+    pooling = {0: "no", 1: "mean", 2: "CLS", 3: "last-token", 4: "rank"}.get(header.arch_value("pooling_type"), "its")
+    return f"{header.arch_value('embedding_length')}-dimension vectors, {pooling} pooling (llmrun index --embed-model)"

@@ -311,3 +311,14 @@ RagOpt = Annotated[
         rich_help_panel=RETRIEVAL,
     ),
 ]
+MinScoreOpt = Annotated[
+    float,
+    typer.Option(
+        "--min-score",
+        min=-1.0,
+        max=1.0,
+        help="Leave out chunks less similar than this (cosine, -1 to 1; what counts as relevant depends on "
+        "the embedding model: about 0.3-0.4 for all-MiniLM).",
+        rich_help_panel=RETRIEVAL,
+    ),
+]

@@ -246,7 +246,9 @@ def model_facts(facts: dict[str, Any]) -> None:
         ("layers", f"{facts['layers']} ({facts['kv_heads']} KV heads × {facts['head_dim']} dims)"),
         ("sliding window", f"{window['window']} tokens on {window['layers']} layers" if window else "none"),
         ("vocabulary", f"{facts['vocabulary']:,} tokens"),
-        ("chat template", "yes" if facts["chat_template"] else "no (plain completion)"),
+        ("chat template", "yes" if facts["chat_template"] else "no (plain completion)")
+        if not facts.get("embedding")
+        else ("embedding model", facts["embedding"]),
         ("license", facts["license"] or "unknown"),
     ]
     out = Console(highlight=False)

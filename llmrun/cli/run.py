@@ -83,6 +83,7 @@ def run(
     ] = 0,
     rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
+    min_score: o.MinScoreOpt = -1.0,
     show_context: Annotated[
         bool,
         typer.Option(
@@ -123,7 +124,7 @@ def run(
     if rag:
         from llmrun.cli.index import retrieve
 
-        retrieval = Retrieval(retrieve(rag, text, k, store), show_context)
+        retrieval = Retrieval(retrieve(rag, text, k, store, min_score), show_context)
     _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs), retrieval)
 
 

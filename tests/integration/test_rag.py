@@ -173,6 +173,8 @@ def test_cli_index_add_ls_query_rm(minilm: Path, docs: Path) -> None:
     assert code == 0 and "removed collection notes" in err
     code, out, err = invoke(["index", "ls"])
     assert "no collections" in err
+    code, out, _ = invoke(["show", str(minilm)])
+    assert code == 0 and "384-dimension vectors, mean pooling" in out
 
 
 def test_cli_with_a_postgres_server(minilm: Path, docs: Path, postgres: str) -> None:
@@ -307,6 +309,13 @@ def test_run_rag_answers_from_the_passages_and_lists_sources(minilm: Path, docs:
     assert "trimmed to fit the context" in err
     code, out, err = invoke([*args, "--ctx", "64"])
     assert code != 0 and "leaves no room for the retrieved text" in err
+    # --min-score leaves out weak passages; with none left the model is told to say it does not know
+    code, out, err = invoke([*args, "--min-score", "0.5", "--json"])
+    assert [Path(s["path"]).name for s in json.loads(out)["sources"]] == ["backup.md"]
+    code, out, err = invoke([*args, "--min-score", "0.99", "--json"])
+    assert code == 0 and json.loads(out)["sources"] == [] and "no passage in kb scores 0.99 or more" in err
+    code, out, _ = invoke(["index", "query", "kb", question, "--min-score", "0.5", "--json"])
+    assert [Path(h["path"]).name for h in json.loads(out)["hits"]] == ["backup.md"]
 
 
 def test_chat_rag_command(minilm: Path, docs: Path, gemma: Path) -> None:
