@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -34,3 +35,9 @@ def llmrun(
         env={**os.environ, **(env or {})},
         check=False,
     )
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child the test will Ctrl-C: SIGINT back to its default, since a suite started
+    in the background (``pytest &``) hands its children an ignored SIGINT, which Python then keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

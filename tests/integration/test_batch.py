@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import invoke
+from tests.helpers import interruptible, invoke
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +111,7 @@ def test_ctrl_c_leaves_a_valid_prefix_and_exits_130(gemma: Path, tmp_path: Path)
     out = tmp_path / "out.jsonl"
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrun", "batch", str(source), "-o", str(out), "-n", "48", "--parallel", "2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 2):

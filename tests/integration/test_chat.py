@@ -17,7 +17,7 @@ from llmrun.cli.chat import Repl
 from llmrun.pipeline import conversation_ids
 from llmrun.sampling import SamplingParams
 from llmrun.template import BUILTIN_TEMPLATES
-from tests.helpers import llmrun
+from tests.helpers import interruptible, llmrun
 
 pytestmark = pytest.mark.slow
 
@@ -181,7 +181,12 @@ def test_a_terminal_session_with_ctrl_c_and_ctrl_d(gemma: Path) -> None:
 
     env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(
-        sys.executable, ["-m", "llmrun", "chat", "-n", "-1", "--seed", "3"], env=env, encoding="utf-8", timeout=60
+        sys.executable,
+        ["-m", "llmrun", "chat", "-n", "-1", "--seed", "3"],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+        preexec_fn=interruptible,
     )
     try:
         child.expect(">>>")

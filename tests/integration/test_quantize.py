@@ -25,7 +25,7 @@ from llmrun.memory import parameter_count
 from llmrun.quantize.evaluate import QualityReport, describe, evaluate
 from llmrun.quantize.gguf import quant_type, quantize_gguf
 from llmrun.quantize.texts import eval_text
-from tests.helpers import invoke
+from tests.helpers import interruptible, invoke
 
 pytestmark = pytest.mark.slow
 
@@ -201,6 +201,7 @@ def test_ctrl_c_stops_the_quantizer_and_leaves_nothing(gemma_f16: Path, tmp_path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     assert process.stderr is not None
     lines = []

@@ -15,7 +15,7 @@ import pytest
 from llmrun.rag import index
 from llmrun.rag.embedding import embedding_model
 from llmrun.rag.store import open_store
-from tests.helpers import invoke
+from tests.helpers import interruptible, invoke
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
 QUESTIONS = {  # question → the document that answers it (worded unlike the document)
@@ -383,7 +383,9 @@ def test_ctrl_c_while_indexing_keeps_every_file_whole(minilm: Path, tmp_path: Pa
     for i in range(150):
         (many / f"doc{i:03d}.md").write_text("\n\n".join(pool[(i + j) % 20] for j in range(6)), encoding="utf-8")
     args = [sys.executable, "-m", "llmrun", "index", "add", str(many), "-c", "big", "--embed-model", str(minilm)]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    )
     assert process.stderr is not None
     lines = []
     for line in process.stderr:  # plain progress lines off a terminal: wait for the embedding to be under way

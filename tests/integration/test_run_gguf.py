@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import invoke, llmrun
+from tests.helpers import interruptible, invoke, llmrun
 from tests.unit.test_template import GEMMA
 
 pytestmark = pytest.mark.slow
@@ -298,6 +298,7 @@ def test_ctrl_c_stops_within_a_token_keeps_the_output_and_exits_130(gemma: Path)
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     assert process.stdout is not None
     first = process.stdout.read(20)  # streaming: text arrives before generation ends
