@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -23,13 +22,12 @@ from llmrun.backends.base import Done, GenerationStats, LoadedModel, Token
 from llmrun.errors import InvalidParameter, LlmrunError, StoreError, UsageError
 from llmrun.pipeline import conversation_ids
 from llmrun.sampling import SamplingParams
-from llmrun.store import atomic_write_text
+from llmrun.store import SAFE_NAME, atomic_write_text
 from llmrun.template import Message
 
 OnOverflow = Literal["drop", "error"]
 SAVE_VERSION = 1
 MAX_SAVED_BYTES = 8 * 1024 * 1024
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PARAM_ALIASES = {"t": "temperature", "temp": "temperature", "n": "max_tokens", "ctx": "n_ctx"}
 
 
@@ -227,7 +225,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def _check_name(name: str) -> str:
-    if not _NAME.match(name) or name.endswith(".json"):
+    if not SAFE_NAME.fullmatch(name) or name.endswith(".json"):
         raise UsageError(
             f"{name!r} is not a valid chat name",
             "use letters, digits, '.', '_' or '-' (up to 64, no paths), e.g. /save trip-plan",

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,7 @@ from llmrun.memory import format_bytes
 CHUNK = 1024 * 1024
 Progress = Callable[[str, int, int], None]
 """A progress callback: file name, bytes done, total bytes."""
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a name that becomes a file name: no paths
 PARTIAL_PREFIX = ".partial-"
 DISK_MARGIN = 64 * 1024 * 1024
 

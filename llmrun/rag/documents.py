@@ -6,7 +6,6 @@ skipped); a file that is not text — NUL bytes or not UTF-8 — is skipped with
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,14 +105,6 @@ def _problem(path: Path) -> str | None:
         if exc.start < len(head) - 4:  # not just a character cut at the sniff boundary
             return "binary file (not UTF-8 text)"
     return None
-
-
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_lines(document: Document) -> list[tuple[int, str]]:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from llmrun.errors import UsageError
 from llmrun.rag.chunking import Chunk, chunk_lines
-from llmrun.rag.documents import Document, Skipped, file_hash, find, read_lines
+from llmrun.rag.documents import Document, Skipped, find, read_lines
 from llmrun.rag.store import Collection, CollectionInfo, Hit, VectorStore, check_name
+from llmrun.store import sha256_file
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
@@ -136,7 +137,7 @@ def _update(
     work: list[tuple[Document, str, list[Chunk]]] = []
     for number, document in enumerate(documents, start=1):
         step("read files", number, len(documents))
-        digest = file_hash(document.path)
+        digest = sha256_file(document.path)
         if known.get(str(document.path)) == digest:
             report.unchanged += 1
             continue
@@ -166,7 +167,8 @@ def _update(
         collection.set_chunking(*chunking)
 
 
-def _existing(store: VectorStore, name: str) -> Collection:
+def _searchable(store: VectorStore, name: str) -> Collection:
+    """Collection ``name``, open; a clear error when it does not exist or holds no chunks."""
     check_name(name)
     collection = store.open(name)
     if collection is None:
@@ -175,6 +177,9 @@ def _existing(store: VectorStore, name: str) -> Collection:
             f"no collection named {name!r}",
             f"collections: {', '.join(known)}" if known else f"create one: llmrun index add DOCS -c {name}",
         )
+    if collection.info.chunks == 0:
+        collection.close()
+        raise UsageError(f"collection {name} is empty", f"add documents: llmrun index add DOCS -c {name}")
     return collection
 
 
@@ -186,10 +191,8 @@ def query(
         raise UsageError("no query text given", 'llmrun index query NAME "what to look for"')
     if k < 1:
         raise UsageError(f"-k must be at least 1, got {k}", "")
-    collection = _existing(store, name)
+    collection = _searchable(store, name)
     try:
-        if collection.info.chunks == 0:
-            raise UsageError(f"collection {name} is empty", f"add documents: llmrun index add DOCS -c {name}")
         embedder = default_model(collection.info.embed_model).open()
         try:
             vector = embedder.embed([text])[0]
@@ -210,10 +213,6 @@ def open_collection(store_url: str | None, name: str) -> CollectionInfo:
     """Collection ``name``'s settings and counts; a clear error when it does not exist or is empty."""
     from llmrun.rag.store import open_store
 
-    store = open_store(store_url)
-    collection = _existing(store, name)
-    info = collection.info
+    collection = _searchable(open_store(store_url), name)
     collection.close()
-    if info.chunks == 0:
-        raise UsageError(f"collection {name} is empty", f"add documents: llmrun index add DOCS -c {name}")
-    return info
+    return collection.info

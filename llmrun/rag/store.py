@@ -13,13 +13,13 @@ pgvector; ``qdrant://HOST:PORT`` or ``qdrant+https://HOST`` → a Qdrant server;
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from llmrun.errors import UsageError
+from llmrun.store import SAFE_NAME
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,13 +27,12 @@ if TYPE_CHECKING:
 
     from llmrun.rag.chunking import Chunk
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 STORE_ENV = "LLMRUN_VECTOR_STORE"
 
 
 def check_name(name: str) -> str:
     """A collection name: letters, digits, '.', '_', '-' (it names a file), not starting with a dot."""
-    if not NAME.fullmatch(name) or ".." in name:
+    if not SAFE_NAME.fullmatch(name) or ".." in name:
         raise UsageError(
             f"{name!r} is not a valid collection name",
             "use letters, digits, '.', '_' and '-' (up to 64, no slashes or '..'), e.g. notes or work-docs",
