@@ -38,6 +38,9 @@ class Facts:
     versions: dict[str, str | None]
     llama_gpu_offload: bool | None = None  # None: llama-cpp-python missing or failed to load
     llama_system_info: str = ""
+    llama_cpu_features: frozenset[str] = frozenset()  # compiled into llama.cpp (its names: AVX2, AMX_INT8, …)
+    host_cpu_features: frozenset[str] | None = None  # None: not read (not Linux x86)
+    llama_amx_opt_in: bool = False  # LLMRUN_LLAMA_AMX=1
     mlx_device: str | None = None
     metal_available: bool | None = None
     nvidia_gpu: bool = False
@@ -76,6 +79,7 @@ def gather() -> Facts:
     import psutil
 
     from llmrun import hub
+    from llmrun.backends import llama_build
     from llmrun.config import config_dir, home_dir, load_registry, store_dir, user_registry_path
     from llmrun.errors import ConfigError
 
@@ -100,6 +104,8 @@ def gather() -> Facts:
             "Hugging Face cache": str(hub.cache_dir()),
         },
         offline=hub.offline(),
+        host_cpu_features=llama_build.read_host_features(),
+        llama_amx_opt_in=os.environ.get(llama_build.AMX_ENV) == "1",
     )
     try:
         load_registry()
@@ -111,6 +117,7 @@ def gather() -> Facts:
 
             facts.llama_gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
             facts.llama_system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+            facts.llama_cpu_features = llama_build.parse_features(facts.llama_system_info)
         except Exception:  # a broken build: reported as a problem, never a crash
             facts.llama_gpu_offload = None
     if facts.versions["mlx"]:
@@ -143,9 +150,11 @@ def diagnose(facts: Facts) -> list[Problem]:
                 "pip install --force-reinstall --no-cache-dir llama-cpp-python",
             )
         )
-    elif not facts.llama_gpu_offload and facts.nvidia_gpu:
+    else:
+        problems += _build_problems(facts)
+    if facts.llama_gpu_offload is False and facts.nvidia_gpu:
         problems.append(Problem("an NVIDIA GPU is present but llama.cpp was built without CUDA", CUDA_REBUILD))
-    elif not facts.llama_gpu_offload and facts.apple_silicon:
+    elif facts.llama_gpu_offload is False and facts.apple_silicon:
         problems.append(Problem("llama.cpp was built without Metal on Apple silicon", METAL_REBUILD))
     if facts.apple_silicon and v["mlx-lm"] is None:
         problems.append(
@@ -183,6 +192,47 @@ def diagnose(facts: Facts) -> list[Problem]:
     return problems
 
 
+def _build_problems(facts: Facts) -> list[Problem]:
+    """What is wrong with the llama.cpp build's CPU features on this CPU."""
+    from llmrun.backends.llama_build import AMX_ENV, CPU_FEATURES, REBUILD
+
+    problems: list[Problem] = []
+    built = facts.llama_cpu_features & CPU_FEATURES
+    if facts.host_cpu_features is not None and (missing := sorted(built - facts.host_cpu_features)):
+        problems.append(
+            Problem(
+                f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): "
+                "it stops with an illegal instruction",
+                REBUILD,
+            )
+        )
+    if "AMX_INT8" in built and facts.llama_amx_opt_in:
+        problems.append(
+            Problem(
+                f"{AMX_ENV}=1 makes llama.cpp use its AMX kernels, which crash with a segmentation fault "
+                "in this llama.cpp version (ggml_backend_amx_mul_mat)",
+                f"unset {AMX_ENV}, or rebuild without AMX: {REBUILD}",
+            )
+        )
+    return problems
+
+
+def amx_state(facts: Facts) -> str:
+    """How llmrun treats llama.cpp's AMX kernels in this build."""
+    if "AMX_INT8" not in facts.llama_cpu_features:
+        return "not compiled in"
+    if facts.llama_amx_opt_in:
+        return "compiled in and used (LLMRUN_LLAMA_AMX=1)"
+    return "compiled in, avoided (they crash in this llama.cpp; models load without extra buffer types)"
+
+
+def unused_cpu_features(facts: Facts) -> list[str]:
+    """Features this CPU has that the llama.cpp build does not use (a portable build: slower, not wrong)."""
+    if facts.host_cpu_features is None or not facts.llama_cpu_features:
+        return []
+    return sorted(facts.host_cpu_features - facts.llama_cpu_features - {"AMX_INT8"})
+
+
 def report(facts: Facts) -> dict[str, Any]:
     """Facts as plain data (for --json and for the table)."""
     return {
@@ -192,7 +242,11 @@ def report(facts: Facts) -> dict[str, Any]:
         "llama_cpp": {
             "gpu_offload": facts.llama_gpu_offload,
             "system_info": facts.llama_system_info,
+            "cpu_features": sorted(facts.llama_cpu_features),
+            "cpu_features_unused": unused_cpu_features(facts),
+            "amx": amx_state(facts),
         },
+        "host_cpu_features": None if facts.host_cpu_features is None else sorted(facts.host_cpu_features),
         "mlx": {"default_device": facts.mlx_device, "metal_available": facts.metal_available},
         "nvidia_gpu": facts.nvidia_gpu,
         "memory": {"total": facts.memory_total, "available": facts.memory_available},

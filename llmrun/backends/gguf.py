@@ -235,22 +235,25 @@ class GgufBackend:
     def load(self, path: Path, params: LoadParams) -> GgufModel:
         from llama_cpp import Llama
 
+        from llmrun.backends.llama_build import avoid_extra_buffers
+
         _route_llama_logs()
         kv_type = _KV_TYPES[params.kv_type]
         try:
-            llama = Llama(
-                model_path=str(path),
-                n_ctx=params.n_ctx,
-                n_threads=params.n_threads,
-                n_threads_batch=params.n_threads,
-                n_gpu_layers=params.n_gpu_layers,
-                vocab_only=params.vocab_only,
-                type_k=kv_type,
-                type_v=kv_type,
-                # a quantized V cache needs flash attention in llama.cpp
-                flash_attn=params.kv_type != "f16",
-                verbose=False,
-            )
+            with avoid_extra_buffers():
+                llama = Llama(
+                    model_path=str(path),
+                    n_ctx=params.n_ctx,
+                    n_threads=params.n_threads,
+                    n_threads_batch=params.n_threads,
+                    n_gpu_layers=params.n_gpu_layers,
+                    vocab_only=params.vocab_only,
+                    type_k=kv_type,
+                    type_v=kv_type,
+                    # a quantized V cache needs flash attention in llama.cpp
+                    flash_attn=params.kv_type != "f16",
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise BackendError(
                 f"llama.cpp could not load {path.name}: {exc}",

@@ -50,19 +50,22 @@ def load_embedder(path: Path, context: int, n_threads: int) -> GgufEmbedder:
     and also the batch: several short texts share one forward pass."""
     from llama_cpp import Llama
 
+    from llmrun.backends.llama_build import avoid_extra_buffers
+
     _route_llama_logs()
     n_batch = max(min(context, MAX_BATCH_TOKENS), 16)
     try:
-        llama = Llama(
-            model_path=str(path),
-            embedding=True,
-            n_ctx=n_batch,
-            n_batch=n_batch,
-            n_ubatch=n_batch,  # an encoder sees a whole text in one micro-batch
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            verbose=False,
-        )
+        with avoid_extra_buffers():
+            llama = Llama(
+                model_path=str(path),
+                embedding=True,
+                n_ctx=n_batch,
+                n_batch=n_batch,
+                n_ubatch=n_batch,  # an encoder sees a whole text in one micro-batch
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                verbose=False,
+            )
     except (ValueError, RuntimeError, OSError) as exc:
         raise BackendError(
             f"llama.cpp could not load {path.name} as an embedding model: {exc}",

@@ -30,6 +30,9 @@ def doctor(json_output: o.JsonOpt = False) -> None:
             ("python", data["python"]),
             *((name, version or "not installed") for name, version in v.items()),
             ("llama.cpp GPU offload", "unknown" if gpu is None else "yes" if gpu else "no (CPU only)"),
+            ("llama.cpp CPU features", " ".join(data["llama_cpp"]["cpu_features"]) or "—"),
+            ("CPU features it leaves unused", " ".join(data["llama_cpp"]["cpu_features_unused"]) or "none"),
+            ("llama.cpp AMX kernels", data["llama_cpp"]["amx"]),
             ("MLX default device", data["mlx"]["default_device"] or "—"),
             (
                 "memory",

@@ -1,8 +1,9 @@
 """The MLX backend on the packaged Gemma, converted from its GGUF by `llmrun convert`.
 
-Correctness across backends: teacher-forced top-1 agreement with llama.cpp, the
-same greedy continuation, the same tokens; then the MLX-specific parts (prompt
-cache reuse across chat turns, quantized and rotating KV caches) and the CLI.
+Correctness across backends: the same tokens as llama.cpp, and predictions (teacher-forced
+and along a greedy continuation) that agree with a float64 evaluation of the same GGUF's
+weights, as llama.cpp's do; then the MLX-specific parts (prompt cache reuse across chat
+turns, quantized and rotating KV caches) and the CLI.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +20,11 @@ from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.mlx import MlxBackend, MlxModel
 from llmrun.chat import ChatSession
 from llmrun.pipeline import conversation_ids
-from llmrun.quantize.metrics import compare
+from llmrun.quantize.metrics import compare_rows
 from llmrun.quantize.texts import ENGLISH as TEXT
 from llmrun.sampling import SamplingParams
 from llmrun.template import BUILTIN_TEMPLATES
+from tests.gemma_reference import GemmaReference, top2_margin
 from tests.helpers import invoke, llmrun
 
 pytestmark = pytest.mark.slow
@@ -65,17 +68,80 @@ def test_tokenizer_rebuilt_from_gguf_matches_llama_cpp(gguf_model: GgufModel, ml
         assert mlx16.token_bytes(token_id) == gguf_model.token_bytes(token_id)
 
 
-def test_teacher_forced_predictions_agree_with_gguf(gguf_model: GgufModel, mlx16: MlxModel, gemma_mlx8: Path) -> None:
+# --- agreement with a float64 reference -------------------------------------------------
+#
+# llama.cpp's logits depend on the host: its kernels multiply quantized weights against
+# 8-bit-quantized activations, and AVX2, AVX-512 and repacked code paths round differently.
+# So neither backend is the reference for the other. Both are compared with the same GGUF's
+# dequantized weights evaluated in float64 by numpy (tests/gemma_reference.py), which every
+# machine computes alike. Each backend must pick the reference's token wherever the
+# reference's lead over its runner-up exceeds that backend's measured error on the lead
+# (the largest seen over the text's 298 positions, times 1.5), and stay within KL bounds that a broken
+# converter (a norm off by one, a wrong rope base, unpermuted Q/K) exceeds by orders of magnitude.
+# Measured (the 298 positions of the English evaluation text): llama.cpp Q4_K_M, AVX2 and AVX-512
+# builds at 1 and 2 threads: KL 0.0040, top-1 96.3%, largest lead error 0.55; MLX bfloat16:
+# KL 0.0011, top-1 98.7%, largest lead error 0.27; MLX 8-bit: KL 0.0017, top-1 97.3%.
+LLAMA_CPP_LEAD_ERROR = 0.85
+MLX_LEAD_ERROR = 0.45
+
+
+@pytest.fixture(scope="module")
+def reference(gemma_cache: Path) -> GemmaReference:
+    return GemmaReference(gemma_cache)
+
+
+@pytest.fixture(scope="module")
+def text_ids(gguf_model: GgufModel) -> list[int]:
     ids = gguf_model.tokenize(TEXT, add_bos=True)[:300]
     assert len(ids) >= 257
-    full = compare(gguf_model, mlx16, ids)
-    assert full.positions >= 256
-    assert full.top1_agreement >= 0.95, full
-    # both are close to the GGUF they came from: perplexities within 10% of it
-    assert abs(full.perplexity_candidate / full.perplexity_reference - 1) < 0.10, full
+    return ids
 
 
-def test_eight_bit_model_agrees_with_gguf(gguf_model: GgufModel, gemma_mlx8: Path) -> None:
+@pytest.fixture(scope="module")
+def reference_rows(reference: GemmaReference, text_ids: list[int]) -> Any:
+    return reference.logits(text_ids)
+
+
+def _check_against_reference(
+    rows: Any, reference_rows: Any, ids: list[int], lead_error: float, min_top1: float, max_kl: float
+) -> None:
+    import numpy as np
+
+    result = compare_rows([reference_rows.astype(np.float32)], [rows], ids)
+    assert result.positions == len(ids) - 1
+    assert result.top1_agreement >= min_top1, result
+    assert result.mean_kl <= max_kl, result
+    assert abs(result.perplexity_candidate / result.perplexity_reference - 1) < 0.02, result
+    clear = 0
+    for position in range(len(ids) - 1):
+        token, lead = top2_margin(reference_rows[position])
+        if lead >= lead_error:
+            clear += 1
+            assert int(np.argmax(rows[position])) == token, (position, lead)
+    assert clear >= 0.4 * (len(ids) - 1)  # about half the positions (llama.cpp) are decided exactly
+
+
+def _rows(model: GgufModel | MlxModel, ids: list[int]) -> Any:
+    import numpy as np
+
+    return np.concatenate(
+        [np.asarray(c, dtype=np.float32).reshape(-1, c.shape[-1]) for c in model.position_logits(ids)]
+    )
+
+
+def test_the_reference_is_the_model_llama_cpp_runs(
+    gguf_model: GgufModel, reference_rows: Any, text_ids: list[int]
+) -> None:
+    _check_against_reference(_rows(gguf_model, text_ids), reference_rows, text_ids, LLAMA_CPP_LEAD_ERROR, 0.93, 0.01)
+
+
+def test_teacher_forced_predictions_agree_with_the_reference(
+    mlx16: MlxModel, reference_rows: Any, text_ids: list[int]
+) -> None:
+    _check_against_reference(_rows(mlx16, text_ids), reference_rows, text_ids, MLX_LEAD_ERROR, 0.96, 0.004)
+
+
+def test_eight_bit_model_agrees_with_the_reference(gemma_mlx8: Path, reference_rows: Any, text_ids: list[int]) -> None:
     """On the CPU the backend expands the 8-bit weights (exactly their quantized values) to
     bfloat16: mlx's CPU quantized kernels take ~3 s a token and are inexact (see expand_on_cpu)."""
     import mlx.nn as nn
@@ -83,44 +149,31 @@ def test_eight_bit_model_agrees_with_gguf(gguf_model: GgufModel, gemma_mlx8: Pat
     mlx8 = MlxBackend().load(gemma_mlx8, LoadParams(1024, 2, 0))
     try:
         assert not [m for _, m in mlx8.model.named_modules() if isinstance(m, nn.QuantizedLinear)]
-        ids = gguf_model.tokenize(TEXT, add_bos=True)[:300]
-        eight = compare(gguf_model, mlx8, ids)
+        rows = _rows(mlx8, text_ids)
     finally:
         mlx8.close()
-    assert eight.positions >= 256
-    assert eight.top1_agreement >= 0.90, eight
-    assert abs(eight.perplexity_candidate / eight.perplexity_reference - 1) < 0.10, eight
+    _check_against_reference(rows, reference_rows, text_ids, 2 * MLX_LEAD_ERROR, 0.93, 0.01)
 
 
-def test_greedy_continuation_agrees_with_gguf(gguf_model: GgufModel, mlx16: MlxModel) -> None:
-    """The first 16 greedy tokens of "The capital of France is", position by position.
-
-    Each step is compared on the GGUF's own greedy prefix. Where llama.cpp's top two logits
-    are closer than 0.1 the call is within numerical noise: llama.cpp itself picks differently
-    there depending on whether it evaluates one token or a batch (it does at step 12 of this
-    prompt: a 0.02 margin), and bfloat16 logits resolve 0.06 at that magnitude. There the MLX
-    choice must be one of llama.cpp's top two; everywhere else it must be the same token.
-    """
+def test_greedy_continuation_follows_the_reference(
+    gguf_model: GgufModel, mlx16: MlxModel, reference: GemmaReference
+) -> None:
+    """The reference's 16 greedy tokens after "The capital of France is", step by step on its own
+    prefix: each backend's next-token logits (one token at a time, the generation path) pick the
+    reference's token wherever its lead exceeds the backend's error, else one of its top two."""
     import numpy as np
 
     prompt = gguf_model.tokenize("The capital of France is", add_bos=True)
-    greedy = [
-        e.id for e in gguf_model.stream(prompt, SamplingParams(temperature=0, max_tokens=16)) if isinstance(e, Token)
-    ]
-    assert len(greedy) == 16
-    close_calls = 0
-    for step in range(16):
-        context = prompt + greedy[:step]
-        reference = gguf_model.logits(context)
-        top2 = np.argsort(reference)[-2:][::-1]
-        margin = float(reference[top2[0]] - reference[top2[1]])
-        choice = int(np.argmax(mlx16.logits(context)))
-        if margin >= 0.1:
-            assert choice == greedy[step], (step, margin)
-        else:
-            close_calls += 1
-            assert choice in top2, (step, margin)
-    assert close_calls <= 4  # most steps are compared exactly
+    greedy, leads = reference.greedy(prompt, 16)
+    for model, lead_error in ((gguf_model, LLAMA_CPP_LEAD_ERROR), (mlx16, MLX_LEAD_ERROR)):
+        for step in range(16):
+            reference_row = reference.logits(prompt + greedy[:step])[-1]
+            choice = int(np.argmax(model.logits(prompt + greedy[:step])))
+            if leads[step] >= lead_error:
+                assert choice == greedy[step], (model, step, leads[step])
+            else:
+                assert choice in np.argsort(reference_row)[-2:], (model, step, leads[step])
+    assert sum(lead >= LLAMA_CPP_LEAD_ERROR for lead in leads) >= 5
 
 
 def test_seeded_sampling_repeats_and_reports_logprobs(mlx16: MlxModel) -> None:
@@ -181,17 +234,24 @@ def test_quantized_and_rotating_kv_caches(gemma_mlx16: Path) -> None:
 # --- the CLI with --backend mlx ------------------------------------------------------
 
 
-def test_run_with_mlx_backend_matches_gguf(gemma: Path, gemma_mlx16: Path) -> None:
+def test_run_with_mlx_backend_is_the_mlx_model(gemma: Path, gemma_mlx16: Path, mlx16: MlxModel) -> None:
+    """The CLI's MLX path streams what the backend computes (cross-backend agreement is the
+    reference tests' job: exact text equality between backends depends on the host's kernels)."""
     args = ["run", "The capital of France is", "-t", "0", "-n", "8", "--raw", "--json"]
     code, out, err = invoke([*args, "-m", str(gemma_mlx16), "--backend", "mlx"])
     assert code == 0, err
     mlx = json.loads(out)
     assert mlx["backend"] == "mlx" and mlx["backend_reason"] == "--backend mlx"
+    ids = mlx16.tokenize("The capital of France is", add_bos=True)
+    expected = "".join(
+        e.text for e in mlx16.stream(ids, SamplingParams(temperature=0, max_tokens=8)) if isinstance(e, Token)
+    )
+    assert mlx["text"] == expected and mlx["tokens"] == {"prompt": len(ids), "generated": 8}
     code, out, err = invoke([*args, "-m", str(gemma)])
     assert code == 0, err
     gguf = json.loads(out)
     assert gguf["backend"] == "gguf" and gguf["backend_reason"] == "auto: the model is a GGUF file"
-    assert mlx["text"] == gguf["text"] and mlx["tokens"] == gguf["tokens"]
+    assert gguf["tokens"] == mlx["tokens"]
 
 
 def test_chat_and_inspection_commands_on_mlx(gemma_mlx16: Path) -> None:

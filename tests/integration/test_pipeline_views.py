@@ -149,7 +149,15 @@ def test_show_memory_plan_matches_llama_cpp_kv_size(gemma: Path, caplog: pytest.
         reported = sum(sizes) * 1024 * 1024
         assert sizes and abs(plans[kv]["kv_cache_bytes"] - reported) <= 0.10 * reported, (kv, sizes)
     assert plans["q4_0"]["kv_cache_bytes"] < plans["q8_0"]["kv_cache_bytes"] < plans["f16"]["kv_cache_bytes"]
-    assert plans["f16"]["largest_context"] == 32768  # a 270M model fits its whole context here
+    from llmrun.gguf_header import read_header
+    from llmrun.memory import plan
+    from llmrun.sysinfo import available_memory
+
+    whole = plan(read_header(gemma), 32768, "f16").total_bytes  # the whole trained context
+    if whole < 0.8 * available_memory():  # with room to spare for what other processes do meanwhile
+        assert plans["f16"]["largest_context"] == 32768
+    else:  # a small machine: the plan stops short of it
+        assert 0 < plans["f16"]["largest_context"] < 32768
     result = llmrun(["show"])
     assert result.returncode == 0 and "memory plan at 4,096 tokens" in result.stdout
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, diagnose
+from llmrun.backends import llama_build
+from llmrun.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, diagnose, report
 from llmrun.errors import ModelFileError
 from llmrun.memory import geometry
 from llmrun.mlx_header import read_mlx_header
@@ -55,6 +56,78 @@ def test_low_disk_and_bad_registry() -> None:
     fixes = " ".join(p.fix for p in problems)
     assert "LLMRUN_HOME" in fixes
     assert "/cfg/models.toml" in fixes
+
+
+SAPPHIRE_RAPIDS_BUILD = (
+    "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | AVX512 = 1 | "
+    "AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | "
+)
+PORTABLE_BUILD = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | REPACK = 1 | "
+SAPPHIRE_RAPIDS_CPUINFO = (
+    "processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 fma sse4_1 avx f16c avx2 bmi2 avx512f avx512vbmi avx_vnni "
+    "avx512_vnni avx512_bf16 amx_bf16 amx_tile amx_int8\nbugs\t\t: spectre_v1\n"
+)
+
+
+def test_build_and_host_features_in_llama_cpp_names() -> None:
+    built = llama_build.parse_features(SAPPHIRE_RAPIDS_BUILD)
+    assert {"AVX512", "AMX_INT8", "REPACK"} <= built and "AVX512_BF16" in built
+    assert llama_build.parse_features("CPU : AVX2 = 0 | FMA = 1 |\nMetal : EMBED_LIBRARY = 1 |") == {"FMA"}
+    host = llama_build.host_features(SAPPHIRE_RAPIDS_CPUINFO)
+    assert host == built & llama_build.CPU_FEATURES
+    assert llama_build.host_features("processor : 0\n") == frozenset()
+
+
+def test_an_amx_build_is_avoided_and_using_its_kernels_is_a_problem() -> None:
+    host = llama_build.host_features(SAPPHIRE_RAPIDS_CPUINFO)
+    amx = facts(llama_cpu_features=llama_build.parse_features(SAPPHIRE_RAPIDS_BUILD), host_cpu_features=host)
+    assert diagnose(amx) == []
+    assert report(amx)["llama_cpp"]["amx"].startswith("compiled in, avoided")
+    assert report(amx)["llama_cpp"]["cpu_features_unused"] == []
+    opted_in = facts(llama_cpu_features=amx.llama_cpu_features, host_cpu_features=host, llama_amx_opt_in=True)
+    [problem] = diagnose(opted_in)
+    assert "LLMRUN_LLAMA_AMX=1" in problem.what and "segmentation fault" in problem.what
+    assert "unset LLMRUN_LLAMA_AMX" in problem.fix and llama_build.REBUILD in problem.fix
+    assert "no-amx.cmake" in llama_build.REBUILD and llama_build.NO_AMX_CMAKE.is_file()
+    assert report(facts())["llama_cpp"]["amx"] == "not compiled in"
+
+
+def test_a_portable_build_is_reported_not_a_problem_and_a_foreign_build_is() -> None:
+    host = llama_build.host_features(SAPPHIRE_RAPIDS_CPUINFO)
+    portable = facts(llama_cpu_features=llama_build.parse_features(PORTABLE_BUILD), host_cpu_features=host)
+    assert diagnose(portable) == []
+    unused = report(portable)["llama_cpp"]["cpu_features_unused"]
+    assert "AVX512" in unused and "AMX_INT8" not in unused
+    old_cpu = llama_build.host_features("flags : sse ssse3 avx\n")
+    [problem] = diagnose(
+        facts(llama_cpu_features=llama_build.parse_features(PORTABLE_BUILD), host_cpu_features=old_cpu)
+    )
+    assert "AVX2, BMI2, F16C, FMA" in problem.what and "illegal instruction" in problem.what
+
+
+def test_the_amx_workaround_follows_the_build_and_the_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    amx = llama_build.parse_features(SAPPHIRE_RAPIDS_BUILD)
+    monkeypatch.delenv(llama_build.AMX_ENV, raising=False)
+    assert llama_build.amx_is_avoided(amx)
+    assert not llama_build.amx_is_avoided(llama_build.parse_features(PORTABLE_BUILD))
+    monkeypatch.setenv(llama_build.AMX_ENV, "1")
+    assert not llama_build.amx_is_avoided(amx)
+
+
+def test_quick_start_and_ci_build_llama_cpp_the_same_way() -> None:
+    """Both quick-start lines and .ci/run build llama-cpp-python with the same CMAKE_ARGS."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```", 2)[1]
+    lines = [line for line in block.splitlines()[1:] if line.strip()]
+    quick = [re.search(r'CMAKE_ARGS="([^"]+)"', line) for line in lines]
+    ci = re.search(r'CMAKE_ARGS="\$\{CMAKE_ARGS:-([^}]+)\}"', (root / ".ci" / "run").read_text())
+    assert len(lines) == 2 and all(quick) and ci
+    assert (
+        {m.group(1) for m in quick if m} == {ci.group(1)} == {"-DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/no-amx.cmake"}
+    )
 
 
 def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], declared: int | None = None) -> None:

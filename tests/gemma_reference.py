@@ -1,0 +1,136 @@
+"""Gemma 3 evaluated in float64 by numpy from a GGUF's dequantized weights.
+
+The reference the backends are compared against: it does not depend on the host's
+SIMD kernels, build flags or thread count (llama.cpp's logits do: AVX2 vs AVX-512
+kernels, weight repacking and threads change them by up to a few tenths of a logit,
+because llama.cpp multiplies quantized weights against 8-bit-quantized activations).
+Here every weight is exactly its dequantized value and every operation is float64,
+so two machines agree to ~1e-9.
+
+It follows llama.cpp's graph for the architecture (``src/models/gemma3.cpp``):
+embedding × √d, then per layer RMS norm → Q/K/V → per-head RMS norm of Q and K →
+NeoX RoPE (10k base on sliding-window layers, the file's base on every sixth, global
+one) → Q scaled by 1/√head_dim → causal attention (K/V heads shared) → post-attention
+norm + residual → RMS norm → GELU(tanh)-gated feed-forward → post-FFN norm + residual;
+a final norm and the tied embedding as output. Full recomputation per call; meant for
+a few hundred positions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+LOCAL_ROPE_BASE = 10_000.0  # llama.cpp's default for sliding-window layers; Gemma 3 GGUFs do not carry it
+SWA_PATTERN = 6  # every sixth layer attends globally
+
+
+class GemmaReference:
+    def __init__(self, path: Path) -> None:
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+
+        reader = GGUFReader(path)
+        meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("tokenizer.")}
+        if meta["general.architecture"] != "gemma3":
+            raise ValueError(f"{path} is not a Gemma 3 GGUF")
+        self.n_layer = int(meta["gemma3.block_count"])
+        self.n_embd = int(meta["gemma3.embedding_length"])
+        self.n_head = int(meta["gemma3.attention.head_count"])
+        self.n_head_kv = int(meta["gemma3.attention.head_count_kv"])
+        self.head_dim = int(meta["gemma3.attention.key_length"])
+        self.eps = float(meta["gemma3.attention.layer_norm_rms_epsilon"])
+        self.rope_base = float(meta["gemma3.rope.freq_base"])
+        self.window = int(meta.get("gemma3.attention.sliding_window", 0))
+        self.weights: dict[str, F64] = {}
+        for tensor in reader.tensors:
+            shape = tuple(int(d) for d in reversed(tensor.shape))
+            values = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
+            self.weights[tensor.name] = np.asarray(values, dtype=np.float64)
+
+    def _is_local(self, layer: int) -> bool:
+        return self.window > 0 and layer % SWA_PATTERN < SWA_PATTERN - 1
+
+    def _norm(self, x: F64, weight: F64) -> F64:
+        result: F64 = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
+        return result
+
+    def _rope(self, x: F64, base: float) -> F64:
+        """NeoX rotation of (positions, heads, head_dim): dimension i pairs with i + head_dim/2."""
+        half = self.head_dim // 2
+        inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2 / self.head_dim)
+        angles = np.arange(x.shape[0], dtype=np.float64)[:, None] * inv_freq[None, :]
+        cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+        first, second = x[..., :half], x[..., half:]
+        return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+    def _attention(self, layer: int, h: F64) -> F64:
+        w = self.weights
+        prefix = f"blk.{layer}."
+        n = h.shape[0]
+        q = (h @ w[prefix + "attn_q.weight"].T).reshape(n, self.n_head, self.head_dim)
+        k = (h @ w[prefix + "attn_k.weight"].T).reshape(n, self.n_head_kv, self.head_dim)
+        v = (h @ w[prefix + "attn_v.weight"].T).reshape(n, self.n_head_kv, self.head_dim)
+        base = LOCAL_ROPE_BASE if self._is_local(layer) else self.rope_base
+        q = self._rope(self._norm(q, w[prefix + "attn_q_norm.weight"]), base) / math.sqrt(self.head_dim)
+        k = self._rope(self._norm(k, w[prefix + "attn_k_norm.weight"]), base)
+        positions = np.arange(n)
+        distance = positions[:, None] - positions[None, :]
+        masked = distance < 0
+        if self._is_local(layer):
+            masked |= distance >= self.window
+        group = self.n_head // self.n_head_kv
+        out = np.empty_like(q)
+        for head in range(self.n_head):
+            scores = q[:, head, :] @ k[:, head // group, :].T
+            scores[masked] = -np.inf
+            scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+            out[:, head, :] = (scores / scores.sum(axis=1, keepdims=True)) @ v[:, head // group, :]
+        result: F64 = out.reshape(n, -1) @ w[prefix + "attn_output.weight"].T
+        return result
+
+    def _feed_forward(self, layer: int, h: F64) -> F64:
+        w = self.weights
+        prefix = f"blk.{layer}."
+        gate = h @ w[prefix + "ffn_gate.weight"].T
+        gelu = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3)))
+        result: F64 = (gelu * (h @ w[prefix + "ffn_up.weight"].T)) @ w[prefix + "ffn_down.weight"].T
+        return result
+
+    def logits(self, ids: Sequence[int]) -> F64:
+        """Logits at every position of ``ids``: (len(ids), vocabulary), float64."""
+        w = self.weights
+        embedding = w["token_embd.weight"]
+        x = embedding[np.asarray(ids)] * math.sqrt(self.n_embd)
+        for layer in range(self.n_layer):
+            prefix = f"blk.{layer}."
+            attn = self._attention(layer, self._norm(x, w[prefix + "attn_norm.weight"]))
+            x = x + self._norm(attn, w[prefix + "post_attention_norm.weight"])
+            ffn = self._feed_forward(layer, self._norm(x, w[prefix + "ffn_norm.weight"]))
+            x = x + self._norm(ffn, w[prefix + "post_ffw_norm.weight"])
+        output = w.get("output.weight", embedding)
+        result: F64 = self._norm(x, w["output_norm.weight"]) @ output.T
+        return result
+
+    def greedy(self, prompt: Sequence[int], steps: int) -> tuple[list[int], list[float]]:
+        """``steps`` greedy tokens after ``prompt`` and the margin (top-1 minus top-2 logit) of each choice."""
+        ids, chosen, margins = list(prompt), [], []
+        for _ in range(steps):
+            row = self.logits(ids)[-1]
+            top2 = np.argsort(row)[-2:][::-1]
+            chosen.append(int(top2[0]))
+            margins.append(float(row[top2[0]] - row[top2[1]]))
+            ids.append(int(top2[0]))
+        return chosen, margins
+
+
+def top2_margin(row: Any) -> tuple[int, float]:
+    """The arg-max of a logit row and its lead over the runner-up."""
+    top2 = np.argsort(row)[-2:][::-1]
+    return int(top2[0]), float(row[top2[0]] - row[top2[1]])
