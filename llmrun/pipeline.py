@@ -215,6 +215,28 @@ def mlx_warnings(
     return warnings
 
 
+def load_defaults() -> dict[str, int]:
+    """Threads and GPU layers when not given: physical cores; all layers when llama.cpp can offload."""
+    from llmrun.backends.gguf import gpu_offload_supported
+    from llmrun.sysinfo import default_threads
+
+    return {"n_threads": default_threads(), "n_gpu_layers": -1 if gpu_offload_supported() else 0}
+
+
+def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, force: bool) -> str | None:
+    """``parallel`` sequences of the plan's context each: refused when they do not fit (a warning with ``force``)."""
+    total = plan(run_plan.header, run_plan.load.n_ctx * parallel, run_plan.load.kv_type).total_bytes
+    if total <= available:
+        return None
+    message = (
+        f"{parallel} sequences of {run_plan.load.n_ctx} tokens need about {format_bytes(total)} "
+        f"but {format_bytes(available)} is available"
+    )
+    if not force:
+        raise InsufficientMemory(message, "lower --parallel or --ctx, or pass --force")
+    return message + "; going ahead (--force)"
+
+
 def load(run_plan: RunPlan) -> LoadedModel:
     return backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
 

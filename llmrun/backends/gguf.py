@@ -179,6 +179,12 @@ class GgufModel:
 
         return gguf_batch.generate(self, requests, parallel, n_ctx_seq)
 
+    def batch_decoder(self, parallel: int, n_ctx_seq: int) -> Any:
+        """A decoder for many sequences at once (see :class:`llmrun.backends.gguf_batch.BatchDecoder`)."""
+        from llmrun.backends.gguf_batch import BatchDecoder
+
+        return BatchDecoder(self, parallel, n_ctx_seq)
+
     def reset(self) -> None:
         self.llama.reset()
 

@@ -17,7 +17,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest
+from llmrun.backends.base import BatchOutcome, BatchRequest, Done, Token
 from llmrun.backends.gguf import sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
@@ -37,86 +37,138 @@ class _Slot:
     pos: int = 0
     last: int | None = None  # the sampled token to feed next
     sample_at: int | None = None  # batch index whose logits this slot samples from
+    logprobs: int = 0  # alternatives to report with each token
 
 
 def generate(
     model: GgufModel, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
 ) -> Generator[BatchOutcome, None, None]:
     """Outcomes as sequences finish (not in request order)."""
-    import llama_cpp
-    from llama_cpp import _internals as internals
-
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = parallel * n_ctx_seq
-    params.n_batch = params.n_ubatch = N_BATCH
-    params.n_seq_max = parallel
-    params.n_threads = params.n_threads_batch = model.load_params.n_threads
-    params.kv_unified = False  # each sequence owns n_ctx_seq cells
-    # the same attention kernels and KV types as the single-sequence context, so results agree
-    single = model.llama.context_params
-    params.flash_attn_type = single.flash_attn_type
-    params.type_k, params.type_v = single.type_k, single.type_v
-    ctx = internals.LlamaContext(model=model.llama._model, params=params, verbose=False)
-    batch = internals.LlamaBatch(n_tokens=N_BATCH, embd=0, n_seq_max=1, verbose=False)
+    decoder = BatchDecoder(model, parallel, n_ctx_seq)
     queue = deque(requests)
-    slots: list[_Slot | None] = [None] * parallel
-    n_vocab = int(model.llama.n_vocab())
     try:
-        while queue or any(slots):
-            yield from _start(model, ctx, queue, slots, n_ctx_seq, n_vocab)
-            if not any(slots):
+        while queue or decoder.active:
+            while queue and decoder.free:
+                request = queue.popleft()
+                error = decoder.admit(request)
+                if error is not None:
+                    yield BatchOutcome(request.index, None, error)
+            if not decoder.active:
                 continue
-            _fill(batch.batch, slots)
-            ctx.decode(batch)
-            for index, slot in enumerate(slots):
-                if slot is None or slot.sample_at is None:
-                    continue
-                token = slot.sampler.sample(ctx, slot.sample_at)
-                slot.assembler.push(token)
-                slot.last = token
-                if slot.assembler.finish is not None:
-                    _, done = slot.assembler.close()
-                    _free(ctx, slot)
-                    slots[index] = None
-                    yield BatchOutcome(slot.request.index, done)
+            for index, event in decoder.step():
+                if isinstance(event, Done):
+                    yield BatchOutcome(index, event)
     finally:
-        for slot in slots:
-            if slot is not None:
-                _free(ctx, slot)
-        batch.close()
-        ctx.close()
+        decoder.close()
 
 
-def _start(
-    model: GgufModel,
-    ctx: Any,
-    queue: deque[BatchRequest],
-    slots: list[_Slot | None],
-    n_ctx_seq: int,
-    n_vocab: int,
-) -> Generator[BatchOutcome, None, None]:
-    """Give free slots the next requests; report the ones that cannot run."""
-    for seq, slot in enumerate(slots):
-        while slot is None and queue:
-            request = queue.popleft()
-            seed = request.params.run_seed()
-            try:
-                assembler = Assembler(
-                    model.piece,
-                    model.is_end,
-                    prompt_tokens=len(request.ids),
-                    n_ctx=n_ctx_seq,
-                    params=request.params,
-                    seed=seed,
-                )
-            except LlmrunError as exc:
-                yield BatchOutcome(request.index, None, exc.message)
+class BatchDecoder:
+    """One llama.cpp context decoding up to ``parallel`` sequences together, one step at a time.
+
+    :meth:`admit` gives a free slot a request, :meth:`step` runs one forward pass over every
+    active sequence and returns each one's new :class:`Token` (and :class:`Done` for those that
+    finished, freeing their slots), :meth:`cancel` ends one at once. The batch command drives it
+    over a known list, the engine's scheduler over requests that keep arriving."""
+
+    def __init__(self, model: GgufModel, parallel: int, n_ctx_seq: int) -> None:
+        import llama_cpp
+        from llama_cpp import _internals as internals
+
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = parallel * n_ctx_seq
+        params.n_batch = params.n_ubatch = N_BATCH
+        params.n_seq_max = parallel
+        params.n_threads = params.n_threads_batch = model.load_params.n_threads
+        params.kv_unified = False  # each sequence owns n_ctx_seq cells
+        # the same attention kernels and KV types as the single-sequence context, so results agree
+        single = model.llama.context_params
+        params.flash_attn_type = single.flash_attn_type
+        params.type_k, params.type_v = single.type_k, single.type_v
+        self.model = model
+        self.n_ctx_seq = n_ctx_seq
+        self._ctx = internals.LlamaContext(model=model.llama._model, params=params, verbose=False)
+        self._batch = internals.LlamaBatch(n_tokens=N_BATCH, embd=0, n_seq_max=1, verbose=False)
+        self._slots: list[_Slot | None] = [None] * parallel
+        self._n_vocab = int(model.llama.n_vocab())
+
+    @property
+    def free(self) -> int:
+        return sum(slot is None for slot in self._slots)
+
+    @property
+    def active(self) -> bool:
+        return any(self._slots)
+
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None:
+        """Start ``request`` in a free slot; the reason when it cannot run (its prompt does not fit)."""
+        seq = self._slots.index(None)
+        seed = request.params.run_seed()
+        try:
+            assembler = Assembler(
+                self.model.piece,
+                self.model.is_end,
+                prompt_tokens=len(request.ids),
+                n_ctx=self.n_ctx_seq,
+                params=request.params,
+                seed=seed,
+            )
+        except LlmrunError as exc:
+            return exc.message
+        self._ctx.kv_cache_seq_rm(seq, -1, -1)
+        window = self.n_ctx_seq if request.params.repeat_last_n == -1 else request.params.repeat_last_n
+        sampler = sampler_chain(request.params, seed or 0, self._n_vocab, window)
+        self._slots[seq] = _Slot(seq, request, sampler, assembler, list(request.ids), logprobs=logprobs)
+        return None
+
+    def step(self) -> list[tuple[int, Token | Done]]:
+        """One forward pass: each sequence's next token (when it shows text) and the Done of each that ended."""
+        events: list[tuple[int, Token | Done]] = []
+        _fill(self._batch.batch, self._slots)
+        self._ctx.decode(self._batch)
+        for seq, slot in enumerate(self._slots):
+            if slot is None or slot.sample_at is None:
                 continue
-            ctx.kv_cache_seq_rm(seq, -1, -1)
-            window = n_ctx_seq if request.params.repeat_last_n == -1 else request.params.repeat_last_n
-            sampler = sampler_chain(request.params, seed or 0, n_vocab, window)
-            slot = _Slot(seq, request, sampler, assembler, list(request.ids))
-            slots[seq] = slot
+            token_id = slot.sampler.sample(self._ctx, slot.sample_at)
+            token = slot.assembler.push(token_id, self._scorer(slot) if slot.logprobs else None)
+            slot.last = token_id
+            if token is not None:
+                events.append((slot.request.index, token))
+            if slot.assembler.finish is not None:
+                events += self._finish(seq)
+        return events
+
+    def cancel(self, index: int) -> Done | None:
+        """End the sequence of request ``index`` now (its text so far); None when it is not running."""
+        for seq, slot in enumerate(self._slots):
+            if slot is not None and slot.request.index == index:
+                return next(event for _, event in self._finish(seq) if isinstance(event, Done))
+        return None
+
+    def close(self) -> None:
+        for slot in self._slots:
+            if slot is not None:
+                _free(self._ctx, slot)
+        self._slots = [None] * len(self._slots)
+        self._batch.close()
+        self._ctx.close()
+
+    def _finish(self, seq: int) -> list[tuple[int, Token | Done]]:
+        slot = self._slots[seq]
+        assert slot is not None
+        tail, done = slot.assembler.close()
+        _free(self._ctx, slot)
+        self._slots[seq] = None
+        index = slot.request.index
+        return ([(index, tail)] if tail is not None else []) + [(index, done)]
+
+    def _scorer(self, slot: _Slot) -> Any:
+        import numpy as np
+
+        from llmrun.generation import score
+
+        assert slot.sample_at is not None
+        row = np.ctypeslib.as_array(self._ctx.get_logits_ith(slot.sample_at), shape=(self._n_vocab,))
+        return lambda token_id: score(row, token_id, slot.logprobs, self.model.piece)
 
 
 def _fill(b: Any, slots: list[_Slot | None]) -> None:

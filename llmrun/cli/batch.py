@@ -7,16 +7,16 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from llmrun.cli import options as o
-from llmrun.errors import InsufficientMemory, InvalidParameter, UsageError
+from llmrun.errors import InvalidParameter, UsageError
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import BatchRequest, Done, LoadedModel
     from llmrun.batchio import Item, OrderedWriter
+    from llmrun.engine import Engine, LoadedEntry, Request
     from llmrun.pipeline import RunPlan
 
 
@@ -122,80 +122,70 @@ def _read(source: str) -> list[str]:
 
 def _check_memory(run_plan: RunPlan, parallel: int, force: bool) -> None:
     from llmrun.cli import render
-    from llmrun.memory import format_bytes, plan
+    from llmrun.pipeline import check_parallel_memory
     from llmrun.sysinfo import available_memory
 
-    total = plan(run_plan.header, run_plan.load.n_ctx * parallel, run_plan.load.kv_type).total_bytes
-    available = available_memory()
-    if total > available:
-        message = (
-            f"{parallel} sequences of {run_plan.load.n_ctx} tokens need about {format_bytes(total)} "
-            f"but {format_bytes(available)} is available"
-        )
-        if not force:
-            raise InsufficientMemory(message, "lower --parallel or --ctx, or pass --force")
-        render.warn(message + "; going ahead (--force)")
+    warning = check_parallel_memory(run_plan, parallel, available_memory(), force=force)
+    if warning:
+        render.warn(warning)
 
 
 def _run(run_plan: RunPlan, items: list[Item], parallel: int, system: str | None, raw: bool, handle: IO[str]) -> None:
     from llmrun import batchio
-    from llmrun.backends.base import BatchRequest
     from llmrun.cli import render
-    from llmrun.cli.chat import choose_template
-    from llmrun.pipeline import chat_template, conversation_ids, load, prompt_ids
+    from llmrun.engine import Engine, Request
     from llmrun.template import Message
 
+    writer = batchio.OrderedWriter(handle, [item.id for item in items])
+    requests: list[Request] = []
+    kept: list[Item] = []
+    for item in items:
+        try:
+            params = dataclasses.replace(run_plan.sampling, **item.overrides)
+        except (InvalidParameter, TypeError) as exc:
+            render.warn(f"line {item.line} (id {item.id}): {getattr(exc, 'message', exc)}; skipped")
+            writer.add(item.id, None)
+            continue
+        if item.prompt is not None:
+            requests.append(Request(prompt=item.prompt, params=params, system=system, raw=raw))
+        else:
+            messages = tuple(Message(role, content) for role, content in item.messages)
+            requests.append(Request(messages=messages, params=params, system=system))
+        kept.append(item)
+    engine = Engine()
     with render.status(f"Loading {run_plan.model.name}…"):
-        model = load(run_plan)
+        entry = engine.load(run_plan)
     try:
-        template = chat_template(run_plan)
-        conversation_template = choose_template(None, run_plan)[1]
-        requests, by_index = [], {}
-        writer = batchio.OrderedWriter(handle, [item.id for item in items])
-        for index, item in enumerate(items):
-            try:
-                params = dataclasses.replace(run_plan.sampling, **item.overrides)
-            except (InvalidParameter, TypeError) as exc:
-                render.warn(f"line {item.line} (id {item.id}): {getattr(exc, 'message', exc)}; skipped")
-                writer.add(item.id, None)
-                continue
-            if item.prompt is not None:
-                ids, _ = prompt_ids(model, template, item.prompt, system, raw)
-            else:
-                head = [Message("system", system)] if system else []
-                ids = conversation_ids(model, conversation_template, head + [Message(r, c) for r, c in item.messages])
-            requests.append(BatchRequest(index, ids, params))
-            by_index[index] = item
-        _generate(model, requests, by_index, parallel, run_plan.load.n_ctx, writer)
+        _generate(engine, entry, requests, kept, parallel, run_plan.load.n_ctx, writer)
     finally:
-        model.close()
+        engine.close()
 
 
 def _generate(
-    model: LoadedModel,
-    requests: list[BatchRequest],
-    by_index: dict[int, Item],
+    engine: Engine,
+    entry: LoadedEntry,
+    requests: list[Request],
+    items: list[Item],
     parallel: int,
     n_ctx: int,
     writer: OrderedWriter,
 ) -> None:
     from llmrun.cli import render
+    from llmrun.engine import Result
 
     started = time.perf_counter()
     tokens = failed = done = 0
-    outcomes = model.generate_batch(requests, parallel, n_ctx)
-    # closed before the model is: the batch context must go first, even on Ctrl-C
-    with render.batch_progress(len(requests)) as progress, contextlib.closing(outcomes):
-        for outcome in outcomes:
-            item = by_index[outcome.index]
-            if outcome.done is None:
-                failed += 1
-                render.warn(f"line {item.line} (id {item.id}): {outcome.error}; skipped")
-                writer.add(item.id, None)
+    results = engine.complete_many(entry, requests, parallel, n_ctx)
+    with render.batch_progress(len(requests)) as progress, contextlib.closing(results):
+        for index, result in results:
+            item = items[index]
+            if isinstance(result, Result):
+                tokens += result.generated_tokens
+                writer.add(item.id, {"id": item.output_id, **result.to_dict()})
             else:
-                stats = outcome.done.stats
-                tokens += stats.generated_tokens
-                writer.add(item.id, _record(item, outcome.done))
+                failed += 1
+                render.warn(f"line {item.line} (id {item.id}): {result.message}; skipped")
+                writer.add(item.id, None)
             done += 1
             progress(done, tokens / (time.perf_counter() - started))
     elapsed = time.perf_counter() - started
@@ -203,18 +193,3 @@ def _generate(
         f"{done - failed} of {len(requests)} prompts answered, {tokens} tokens in {elapsed:.1f} s "
         f"({tokens / elapsed:.1f} tok/s, {parallel} in parallel)" + (f", {failed} failed" if failed else "")
     )
-
-
-def _record(item: Item, done: Done) -> dict[str, Any]:
-    s = done.stats
-    return {
-        "id": item.output_id,
-        "text": done.text,
-        "tokens": {"prompt": s.prompt_tokens, "generated": s.generated_tokens},
-        "stop_reason": s.finish_reason,
-        "seed": s.seed,
-        "timings": {
-            "time_to_first_token_s": round(s.prompt_seconds, 4),
-            "generation_tokens_per_s": round(s.generation_tps, 2),
-        },
-    }

@@ -43,9 +43,8 @@ def bench(
     from llmrun.backends.base import LoadParams
     from llmrun.backends.select import BACKEND_CHOICES
     from llmrun.cli import render
-    from llmrun.cli.run import load_defaults
     from llmrun.config import load_registry
-    from llmrun.pipeline import locate
+    from llmrun.pipeline import load_defaults, locate
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
     backend_names = _choices(backend, BACKEND_CHOICES, "--backend")

@@ -17,7 +17,6 @@ from llmrun.errors import LlmrunError, UsageError
 if TYPE_CHECKING:
     from llmrun.backends.base import Done, Token
     from llmrun.chat import ChatSession
-    from llmrun.pipeline import RunPlan
 
 COMMANDS = {
     "/help": "show this help",
@@ -84,7 +83,7 @@ def chat(
     from llmrun.chat import ChatSession
     from llmrun.cli import render
     from llmrun.cli.run import plan
-    from llmrun.pipeline import load
+    from llmrun.engine import Engine
     from llmrun.template import BUILTIN_TEMPLATES
 
     if on_overflow not in ("drop", "error"):
@@ -93,14 +92,14 @@ def chat(
         raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
     flags = o.sampling_values(locals())
     run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
-    name, source = choose_template(template, run_plan)
+    engine = Engine(template=template)
     with render.status(f"Loading {run_plan.model.name}…"):
-        loaded = load(run_plan)
+        entry = engine.load(run_plan)
     session = ChatSession(
-        loaded,
+        entry.model,
         run_plan.model.name,
-        source,
-        name,
+        entry.templates.conversation,
+        entry.templates.conversation_source,
         run_plan.sampling,
         system,
         on_overflow,  # type: ignore[arg-type]
@@ -114,7 +113,7 @@ def chat(
         else:
             repl.lines(sys.stdin or [])
     finally:
-        loaded.close()
+        engine.close()
 
 
 @dataclass
@@ -125,20 +124,6 @@ class Rag:
     k: int = 4
     store: str | None = None
     min_score: float = -1.0
-
-
-def choose_template(name: str | None, run_plan: RunPlan) -> tuple[str, str]:
-    """(name, source): --template, else the model's own, else the built-in for its architecture."""
-    from llmrun.pipeline import chat_template
-    from llmrun.template import BUILTIN_TEMPLATES, builtin_for
-
-    if name:
-        return name, BUILTIN_TEMPLATES[name]
-    own = chat_template(run_plan)
-    if own:
-        return "the model's own", own
-    fallback = builtin_for(run_plan.header.architecture)
-    return f"{fallback} (built in; the model has none)", BUILTIN_TEMPLATES[fallback]
 
 
 def history_path() -> Path:

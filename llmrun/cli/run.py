@@ -13,7 +13,7 @@ from llmrun.cli import options as o
 from llmrun.errors import InvalidParameter, UsageError
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import Done, Token
+    from llmrun.engine import Result
     from llmrun.pipeline import RunPlan
     from llmrun.rag.store import Hit
 
@@ -134,7 +134,7 @@ def plan(
     """Plan a run behind a spinner; bad values are worded for their flags; warnings shown."""
     from llmrun.cli import render
     from llmrun.config import load_registry
-    from llmrun.pipeline import plan_run
+    from llmrun.pipeline import load_defaults, plan_run
     from llmrun.sysinfo import available_memory
 
     registry = load_registry()
@@ -156,14 +156,6 @@ def plan(
     for warning in run_plan.warnings:
         render.warn(warning)
     return run_plan
-
-
-def load_defaults() -> dict[str, int]:
-    """Threads and GPU layers when not given: physical cores; all layers when llama.cpp can offload."""
-    from llmrun.backends.gguf import gpu_offload_supported
-    from llmrun.sysinfo import default_threads
-
-    return {"n_threads": default_threads(), "n_gpu_layers": -1 if gpu_offload_supported() else 0}
 
 
 def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
@@ -204,33 +196,28 @@ def _generate(
 ) -> None:
     import math
 
-    from llmrun.backends.base import Done
     from llmrun.cli import render
-    from llmrun.pipeline import chat_template, load, prompt_ids
+    from llmrun.engine import Engine, Request, Result
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
     printer = render.TokenPrinter(colour_by_probability=output.show_probs)
-    tokens: list[tuple[Token, bytes]] = []
+    engine = Engine()
+    result: Result | None = None
     with render.status(f"Loading {run_plan.model.name}…") as spinner:
-        model = load(run_plan)
-        load_seconds = time.perf_counter() - started
+        entry = engine.load(run_plan)
         spinner.update("Generating…" if output.json else "Reading the prompt…")
         try:
             used: tuple[Hit, ...] = ()
             if retrieval is not None:
-                text, used = _ground(run_plan, model, text, system, retrieval, spinner)
-            ids, prompt_format = prompt_ids(model, chat_template(run_plan), text, system, raw)
-            done: Done | None = None
+                text, used = _ground(run_plan, entry.model, text, system, retrieval, spinner)
             want = max(output.logprobs, 1 if output.show_probs else 0)
+            request = Request(prompt=text, params=run_plan.sampling, system=system, raw=raw, logprobs=want)
             try:
-                for event in model.stream(ids, run_plan.sampling, logprobs=want):
-                    if isinstance(event, Done):
-                        done = event
-                        continue
-                    if want and event.id >= 0:
-                        tokens.append((event, model.token_bytes(event.id)))
-                    if not output.json:
+                for event in engine.complete(entry, request):
+                    if isinstance(event, Result):
+                        result = event
+                    elif not output.json:
                         if not printer.wrote:
                             spinner.stop()
                         probability = math.exp(event.logprob) if event.logprob is not None else None
@@ -240,12 +227,12 @@ def _generate(
                 printer.finish()
                 raise
         finally:
-            model.close()
+            engine.close()
     printer.finish()
-    assert done is not None
-    report = _report(run_plan, done, load_seconds, prompt_format, peak_rss(), time.perf_counter() - started)
-    if output.logprobs:
-        report["logprobs"] = [_logprob_entry(token, data) for token, data in tokens]
+    assert result is not None
+    report = _report(run_plan, result, entry.load_seconds, peak_rss(), time.perf_counter() - started)
+    if not output.logprobs:
+        report.pop("logprobs", None)
     if retrieval is not None:
         from llmrun.cli.index import hit_rows
 
@@ -275,41 +262,18 @@ def _ground(
     return context.prompt, context.used
 
 
-def _logprob_entry(token: Token, data: bytes) -> dict[str, Any]:
-    def piece(data: bytes) -> dict[str, Any]:
-        return {"token": data.decode("utf-8", "replace"), "bytes": list(data)}
-
+def _report(run_plan: RunPlan, result: Result, load_seconds: float, peak: int, total: float) -> dict[str, Any]:
+    """The engine's result with what only a run knows: the model, its backend, the settings, load and wall time."""
+    data = result.to_dict()
     return {
-        "id": token.id,
-        **piece(data),
-        "logprob": token.logprob,
-        "top": [{"id": c.id, **piece(c.piece), "logprob": c.logprob} for c in token.top],
-    }
-
-
-def _report(
-    run_plan: RunPlan, done: Done, load_seconds: float, prompt_format: str, peak: int, total: float
-) -> dict[str, Any]:
-    s = done.stats
-    return {
-        "text": done.text,
+        "text": data.pop("text"),
         "model": run_plan.model.name,
         "model_path": str(run_plan.model.path),
         "backend": run_plan.backend,
         "backend_reason": run_plan.backend_reason,
-        "prompt_format": prompt_format,
         "params": {name: value for name, value, _ in run_plan.settings() if name not in ("model", "backend")},
-        "tokens": {"prompt": s.prompt_tokens, "generated": s.generated_tokens},
-        "timings": {
-            "load_s": round(load_seconds, 4),
-            "time_to_first_token_s": round(s.prompt_seconds, 4),
-            "prompt_tokens_per_s": round(s.prompt_tps, 2),
-            "generation_tokens_per_s": round(s.generation_tps, 2),
-            "total_s": round(total, 4),
-        },
-        "stop_reason": s.finish_reason,
-        "stop_string": s.stop_string,
-        "seed": s.seed,
+        **data,
+        "timings": {"load_s": round(load_seconds, 4), **data["timings"], "total_s": round(total, 4)},
         "peak_memory_bytes": peak,
     }
 

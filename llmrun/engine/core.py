@@ -1,0 +1,144 @@
+"""The engine: models loaded by name and kept, requests completed on them.
+
+One lock per loaded model: a model's KV state serves one request at a time on the
+single-sequence path (:meth:`Engine.complete`); many requests at once go through
+continuous batching (:meth:`Engine.complete_many` for a known set, the
+:class:`~llmrun.engine.scheduler.Scheduler` for requests that keep arriving).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from llmrun.backends.base import BatchRequest, Done, Token
+from llmrun.engine.request import Request, Templates, choose_template, request_ids
+from llmrun.engine.result import Result, TokenLogprob
+from llmrun.errors import LlmrunError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import LoadedModel
+    from llmrun.pipeline import RunPlan
+
+
+@dataclass
+class LoadedEntry:
+    plan: RunPlan
+    model: LoadedModel
+    templates: Templates
+    load_seconds: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.plan.model.name
+
+
+class Engine:
+    """Loaded models by name. ``keep_alive`` seconds (None: forever) after its last request a
+    model is unloaded by :meth:`expire`; ``template`` names a built-in template for conversations."""
+
+    def __init__(
+        self,
+        *,
+        keep_alive: float | None = None,
+        template: str | None = None,
+        loader: Callable[[RunPlan], LoadedModel] | None = None,
+    ) -> None:
+        from llmrun.pipeline import load
+
+        self.keep_alive = keep_alive
+        self._template = template
+        self._loader = loader or load
+        self._entries: dict[str, LoadedEntry] = {}
+        self._lock = threading.Lock()
+
+    # --- model lifetime ------------------------------------------------------------
+    def load(self, run_plan: RunPlan) -> LoadedEntry:
+        """The loaded model for a plan (loaded now unless it already is)."""
+        with self._lock:
+            entry = self._entries.get(run_plan.model.name)
+            if entry is not None:
+                entry.last_used = time.monotonic()
+                return entry
+            started = time.perf_counter()
+            model = self._loader(run_plan)
+            entry = LoadedEntry(
+                run_plan, model, choose_template(run_plan, self._template), time.perf_counter() - started
+            )
+            self._entries[run_plan.model.name] = entry
+            return entry
+
+    def loaded(self) -> list[LoadedEntry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def unload(self, name: str) -> bool:
+        with self._lock:
+            entry = self._entries.pop(name, None)
+        if entry is None:
+            return False
+        with entry.lock:
+            entry.model.close()
+        return True
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Unload models idle for longer than ``keep_alive``; their names."""
+        if self.keep_alive is None:
+            return []
+        now = time.monotonic() if now is None else now
+        idle = [e.name for e in self.loaded() if now - e.last_used > self.keep_alive and not e.lock.locked()]
+        return [name for name in idle if self.unload(name)]
+
+    def close(self) -> None:
+        for entry in self.loaded():
+            self.unload(entry.name)
+
+    # --- requests ----------------------------------------------------------------
+    def complete(self, entry: LoadedEntry, request: Request) -> Generator[Token | Result, None, None]:
+        """Stream one request: Token events, then one Result."""
+        with entry.lock:
+            entry.last_used = time.monotonic()
+            ids, prompt_format = request_ids(entry.model, entry.templates, request)
+            logprobs: list[TokenLogprob] = []
+            done: Done | None = None
+            for event in entry.model.stream(ids, request.params, logprobs=request.logprobs):
+                if isinstance(event, Done):
+                    done = event
+                    continue
+                if request.logprobs and event.id >= 0:
+                    logprobs.append(TokenLogprob.of(event, entry.model.token_bytes(event.id)))
+                yield event
+            entry.last_used = time.monotonic()
+        assert done is not None
+        yield Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None)
+
+    def complete_many(
+        self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
+    ) -> Generator[tuple[int, Result | LlmrunError], None, None]:
+        """Results as requests finish (not in order), keyed by their position in ``requests``;
+        a request that cannot run (its prompt does not fit, …) yields its error instead."""
+        with entry.lock:
+            batch: list[BatchRequest] = []
+            formats: dict[int, str] = {}
+            for index, request in enumerate(requests):
+                try:
+                    ids, formats[index] = request_ids(entry.model, entry.templates, request)
+                except LlmrunError as exc:
+                    yield index, exc
+                    continue
+                batch.append(BatchRequest(index, ids, request.params))
+            outcomes = entry.model.generate_batch(batch, parallel, n_ctx_seq)
+            try:
+                for outcome in outcomes:
+                    if outcome.done is None:
+                        yield outcome.index, LlmrunError(outcome.error or "the request failed")
+                    else:
+                        yield outcome.index, Result.of(outcome.done, formats[outcome.index])
+            finally:
+                outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
+            entry.last_used = time.monotonic()

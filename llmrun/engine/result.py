@@ -1,0 +1,81 @@
+"""The one result shape: what ``run --json``, batch lines and server responses are built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmrun.backends.base import Candidate, Done, FinishReason, Token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    id: int
+    piece: bytes
+    logprob: float
+    top: tuple[Candidate, ...]
+
+    @classmethod
+    def of(cls, token: Token, piece: bytes) -> TokenLogprob:
+        return cls(token.id, piece, token.logprob if token.logprob is not None else 0.0, token.top)
+
+    def to_dict(self) -> dict[str, Any]:
+        def shown(data: bytes) -> dict[str, Any]:
+            return {"token": data.decode("utf-8", "replace"), "bytes": list(data)}
+
+        return {
+            "id": self.id,
+            **shown(self.piece),
+            "logprob": self.logprob,
+            "top": [{"id": c.id, **shown(c.piece), "logprob": c.logprob} for c in self.top],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    finish_reason: FinishReason  # eos, stop, length, context
+    stop_string: str | None
+    seed: int | None  # the seed used (None: greedy)
+    time_to_first_token_s: float
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+    prompt_format: str = "plain"
+    logprobs: tuple[TokenLogprob, ...] | None = None  # None: not asked for
+
+    @classmethod
+    def of(cls, done: Done, prompt_format: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> Result:
+        s = done.stats
+        return cls(
+            text=done.text,
+            prompt_tokens=s.prompt_tokens,
+            generated_tokens=s.generated_tokens,
+            finish_reason=s.finish_reason,
+            stop_string=s.stop_string,
+            seed=s.seed,
+            time_to_first_token_s=s.prompt_seconds,
+            prompt_tokens_per_s=s.prompt_tps,
+            generation_tokens_per_s=s.generation_tps,
+            prompt_format=prompt_format,
+            logprobs=logprobs,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "text": self.text,
+            "prompt_format": self.prompt_format,
+            "tokens": {"prompt": self.prompt_tokens, "generated": self.generated_tokens},
+            "timings": {
+                "time_to_first_token_s": round(self.time_to_first_token_s, 4),
+                "prompt_tokens_per_s": round(self.prompt_tokens_per_s, 2),
+                "generation_tokens_per_s": round(self.generation_tokens_per_s, 2),
+            },
+            "stop_reason": self.finish_reason,
+            "stop_string": self.stop_string,
+            "seed": self.seed,
+        }
+        if self.logprobs is not None:
+            data["logprobs"] = [entry.to_dict() for entry in self.logprobs]
+        return data

@@ -1,0 +1,245 @@
+"""Many requests at once on one model: continuous batching across callers.
+
+A :class:`Scheduler` owns one model's decoder on a thread of its own. Callers
+:meth:`~Scheduler.submit` requests from any thread; each gets its events — Token
+after Token, then one :class:`~llmrun.engine.result.Result` (or the error that
+stopped it) — through its ``sink``, called on the scheduler's thread. A request
+joins the running batch as soon as a slot is free (no waiting for the others to
+finish) and :meth:`Ticket.cancel` frees its slot before the next decode step.
+
+GGUF models decode up to ``parallel`` sequences in one llama.cpp batch
+(:class:`~llmrun.backends.gguf_batch.BatchDecoder`); a backend without batching
+(MLX) runs them one at a time through :class:`SequentialDecoder`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from llmrun.backends.base import BatchRequest, Done, Token
+from llmrun.engine.request import Request, request_ids
+from llmrun.engine.result import Result, TokenLogprob
+from llmrun.errors import LlmrunError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import LoadedModel
+    from llmrun.engine.core import LoadedEntry
+
+Event = Token | Result | LlmrunError
+Sink = Callable[[Event], None]
+
+
+class QueueFull(LlmrunError):
+    """More requests are waiting than the scheduler accepts (or it is stopping)."""
+
+
+class Decoder(Protocol):
+    @property
+    def free(self) -> int: ...
+
+    @property
+    def active(self) -> bool: ...
+
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None: ...
+
+    def step(self) -> list[tuple[int, Token | Done]]: ...
+
+    def cancel(self, index: int) -> Done | None: ...
+
+    def close(self) -> None: ...
+
+
+class SequentialDecoder:
+    """One request at a time through the backend's own stream (for backends without batching)."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
+        self._current: tuple[int, Iterator[Token | Done]] | None = None
+
+    @property
+    def free(self) -> int:
+        return 0 if self._current else 1
+
+    @property
+    def active(self) -> bool:
+        return self._current is not None
+
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None:
+        self._current = (request.index, iter(self.model.stream(request.ids, request.params, logprobs=logprobs)))
+        return None
+
+    def step(self) -> list[tuple[int, Token | Done]]:
+        assert self._current is not None
+        index, events = self._current
+        try:
+            event = next(events)
+        except LlmrunError as exc:
+            self._current = None
+            raise _RequestFailed(index, exc) from exc
+        if isinstance(event, Done):
+            self._current = None
+        return [(index, event)]
+
+    def cancel(self, index: int) -> Done | None:
+        if self._current is not None and self._current[0] == index:
+            close = getattr(self._current[1], "close", None)
+            if close is not None:
+                close()
+            self._current = None
+        return None
+
+    def close(self) -> None:
+        if self._current is not None:
+            self.cancel(self._current[0])
+
+
+class _RequestFailed(Exception):
+    def __init__(self, index: int, error: LlmrunError) -> None:
+        self.index = index
+        self.error = error
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A submitted request: ``cancel`` ends it (a client went away); nothing more reaches its sink."""
+
+    index: int
+    request: Request
+    ids: list[int]
+    prompt_format: str
+    sink: Sink
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    cancelled: bool = False
+    _scheduler: Scheduler | None = None
+
+    def cancel(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.cancel(self)
+
+
+class Scheduler:
+    def __init__(self, entry: LoadedEntry, parallel: int, n_ctx_seq: int, max_queue: int = 64) -> None:
+        self.entry = entry
+        self.parallel = parallel
+        self.n_ctx_seq = n_ctx_seq
+        self.max_queue = max_queue
+        batch: Callable[[int, int], Decoder] | None = getattr(entry.model, "batch_decoder", None)
+        self.batching = batch is not None and parallel > 1
+        self._decoder: Decoder = (
+            batch(parallel, n_ctx_seq) if batch is not None and parallel > 1 else SequentialDecoder(entry.model)
+        )
+        self._waiting: deque[Ticket] = deque()
+        self._running: dict[int, Ticket] = {}
+        self._cancelled: list[Ticket] = []
+        self._next = 0
+        self._closing = False
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name=f"llmrun scheduler {entry.name}", daemon=True)
+        self._thread.start()
+
+    # --- callers' side (any thread) ---------------------------------------------------
+    def submit(self, request: Request, sink: Sink) -> Ticket:
+        """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
+        with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
+            ids, prompt_format = request_ids(self.entry.model, self.entry.templates, request)
+        with self._wake:
+            if self._closing:
+                raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
+            ticket = Ticket(self._next, request, ids, prompt_format, sink, _scheduler=self)
+            self.entry.last_used = time.monotonic()
+            self._next += 1
+            self._waiting.append(ticket)
+            self._wake.notify()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        with self._wake:
+            if ticket.cancelled:
+                return
+            ticket.cancelled = True
+            if ticket in self._waiting:
+                self._waiting.remove(ticket)
+            else:
+                self._cancelled.append(ticket)
+            self._wake.notify()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    def close(self) -> None:
+        """Stop: requests still waiting or running get an error event."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+
+    # --- the scheduler's thread ------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while self._next_step():
+                self._step()
+        finally:
+            stopped = LlmrunError("the server is shutting down", "retry against another server")
+            for ticket in [*self._waiting, *self._running.values()]:
+                if not ticket.cancelled:
+                    ticket.sink(stopped)
+            self._waiting.clear()
+            self._running.clear()
+            self._decoder.close()
+
+    def _next_step(self) -> bool:
+        """Admit waiting requests and drop cancelled ones; False when closing."""
+        with self._wake:
+            while not self._closing and not self._waiting and not self._running and not self._cancelled:
+                self._wake.wait()
+            if self._closing:
+                return False
+            for ticket in self._cancelled:
+                self._decoder.cancel(ticket.index)
+                self._running.pop(ticket.index, None)
+            self._cancelled.clear()
+            while self._waiting and self._decoder.free:
+                ticket = self._waiting.popleft()
+                error = self._decoder.admit(
+                    BatchRequest(ticket.index, ticket.ids, ticket.request.params), ticket.request.logprobs
+                )
+                if error is not None:
+                    ticket.sink(LlmrunError(error))
+                else:
+                    self._running[ticket.index] = ticket
+            return True
+
+    def _step(self) -> None:
+        if not self._decoder.active:
+            return
+        try:
+            events = self._decoder.step()
+        except _RequestFailed as failed:
+            ticket = self._running.pop(failed.index, None)
+            if ticket is not None and not ticket.cancelled:
+                ticket.sink(failed.error)
+            return
+        for index, event in events:
+            ticket = self._running.get(index)
+            if ticket is None or ticket.cancelled:
+                continue
+            if isinstance(event, Done):
+                del self._running[index]
+                logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
+                ticket.sink(Result.of(event, ticket.prompt_format, logprobs))
+                continue
+            if ticket.request.logprobs and event.id >= 0:
+                ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))
+            ticket.sink(event)
