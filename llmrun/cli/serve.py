@@ -1,0 +1,232 @@
+"""``llmrun serve``: the OpenAI HTTP API on this machine."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from llmrun.cli import options as o
+from llmrun.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmrun.server.state import ServerConfig, ServerState
+
+SERVER = "Server"
+KEY_ENV = "LLMRUN_API_KEY"
+
+
+def serve(
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="A model to load at start (repeatable); the first is listed first. Default: the default model.",
+            rich_help_panel=o.LOADING,
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.", rich_help_panel=SERVER)] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, rich_help_panel=SERVER)] = 8080,
+    parallel: Annotated[
+        int, typer.Option("--parallel", "-P", min=1, max=64, help="Requests decoded together per model.")
+    ] = 4,
+    ctx: Annotated[
+        int | None,
+        typer.Option(
+            "--ctx",
+            "-c",
+            help="Context per request. Default: the model's trained length, at most 4096.",
+            rich_help_panel=o.LOADING,
+            show_default=False,
+        ),
+    ] = None,
+    threads: o.ThreadsOpt = None,
+    gpu_layers: o.GpuLayersOpt = None,
+    kv_bits: o.KvBitsOpt = None,
+    backend: o.BackendOpt = "auto",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help=f"Require this key (Authorization: Bearer KEY). Also ${KEY_ENV}.",
+            rich_help_panel=SERVER,
+            show_default=False,
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option("--api-key-file", help="Read the key from this file.", rich_help_panel=SERVER, show_default=False),
+    ] = None,
+    no_auth: Annotated[
+        bool,
+        typer.Option("--no-auth", help="Allow a non-loopback bind without a key.", rich_help_panel=SERVER),
+    ] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).", show_default=False),
+    ] = None,
+    keep_alive: Annotated[
+        str,
+        typer.Option("--keep-alive", help="Unload a model after this long unused (30s, 5m, 1h; -1: never)."),
+    ] = "-1",
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", min=1, help="Requests waiting per model before 503.", rich_help_panel=SERVER)
+    ] = 64,
+    allow_pull: Annotated[
+        bool,
+        typer.Option("--allow-pull", help="Let clients name models that must be downloaded.", rich_help_panel=SERVER),
+    ] = False,
+    force: o.ForceOpt = False,
+) -> None:
+    """Serve the OpenAI API (chat completions, completions, models) for editors, agents and chat UIs.
+
+    Examples:
+
+      llmrun serve
+
+      llmrun serve -m qwen2.5:0.5b --port 8000 --parallel 8
+
+      curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json'
+      -d '{"model": "gemma3:270m", "messages": [{"role": "user", "content": "Hello"}]}'
+    """
+    from llmrun.server.state import ServerConfig
+
+    key = _api_key(api_key, api_key_file)
+    if not _loopback(host) and key is None and not no_auth:
+        raise UsageError(
+            f"--host {host} makes the server reachable from other machines, and it has no API key",
+            f"set one (--api-key-file FILE or ${KEY_ENV}), or pass --no-auth to serve without one",
+        )
+    if not allow_pull:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # client-named models never download
+    config = ServerConfig(
+        models=tuple(model or ()),
+        parallel=parallel,
+        n_ctx=ctx,
+        load_flags=o.load_values(None, threads, gpu_layers, kv_bits),
+        backend=backend,
+        api_key=key,
+        keep_alive=_duration(keep_alive),
+        max_queue=max_queue,
+        allow_pull=allow_pull,
+        cors_origins=tuple(cors_origin or ()),
+        force=force,
+    )
+    _run(config, host, port, warn_open=not _loopback(host) and key is None)
+
+
+def _api_key(value: str | None, path: Path | None) -> str | None:
+    if value is not None and path is not None:
+        raise UsageError("--api-key and --api-key-file both given", "use one")
+    if path is not None:
+        try:
+            value = path.expanduser().read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"cannot read the key file {path}: {exc.strerror}", "check the path") from None
+        if not value:
+            raise UsageError(f"the key file {path} is empty", "put the key on its first line")
+    value = value if value is not None else os.environ.get(KEY_ENV) or None
+    if value is not None and (len(value) < 8 or any(c.isspace() for c in value)):
+        raise UsageError("the API key must be at least 8 characters, without spaces", "e.g. openssl rand -hex 24")
+    return value
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _duration(text: str) -> float | None:
+    """'30s', '5m', '1h', '90' (seconds); '-1' or 'never': None."""
+    value = text.strip().lower()
+    if value in ("-1", "never", "inf"):
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (value[:-1], units[value[-1]]) if value and value[-1] in units else (value, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise UsageError(f"--keep-alive {text!r} is not a duration", "e.g. 30s, 5m, 1h, or -1 for never") from None
+    if seconds < 0:
+        raise UsageError(f"--keep-alive {text!r} is negative", "-1 keeps models loaded")
+    return seconds
+
+
+def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None:
+    import asyncio
+
+    import uvicorn
+
+    from llmrun.cli import render
+    from llmrun.server.app import create_app
+    from llmrun.server.state import ServerState
+
+    state = ServerState(config)
+    with render.status("Loading…"):
+        served = state.load_at_start() if config.models else [state.get(_default_name(), operator=True)]
+    for s in served:
+        how = (
+            f"{config.parallel} in parallel"
+            if s.scheduler.batching
+            else "one request at a time (no batching on this backend)"
+        )
+        render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
+    if warn_open:
+        render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
+    app = create_app(state)
+    server = _server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False), state)
+    render.note(f"listening on http://{_shown_host(host)}:{port}/v1 (Ctrl-C stops)")
+    # uvicorn handles SIGINT/SIGTERM itself, then raises the signal again once it has shut down:
+    # a stop asked for is a clean exit (0), not an interruption
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        asyncio.run(server.serve())
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if not state.closing:
+            state.close()
+    render.note("stopped")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    raise _Stop
+
+
+def _default_name() -> str:
+    from llmrun.config import default_model_name, load_registry
+
+    return default_model_name(load_registry())[0]
+
+
+def _shown_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _server(config: Any, state: ServerState) -> Any:
+    """uvicorn's server, stopping the schedulers first on SIGINT/SIGTERM, so that streams in
+    flight end with an error event instead of holding the shutdown."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not state.closing:
+                state.close()
+            super().handle_exit(sig, frame)
+
+    return Server(config)

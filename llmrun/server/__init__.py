@@ -1,0 +1,1 @@
+"""``llmrun serve``: the OpenAI HTTP API over the engine (the only web-framework importer)."""

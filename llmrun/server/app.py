@@ -1,0 +1,379 @@
+"""The OpenAI-compatible HTTP API (FastAPI) over the engine's schedulers.
+
+Bodies are read with a size limit, parsed by :mod:`llmrun.server.openai_api` (pure),
+and submitted to the model's :class:`~llmrun.engine.scheduler.Scheduler`; its events
+reach the request's coroutine through an asyncio queue. A streaming request sends
+OpenAI's server-sent events; a client that goes away cancels its requests, which
+frees their slots before the next decode step. Every error is OpenAI's error shape,
+and nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from llmrun import __version__
+from llmrun.engine import Result
+from llmrun.engine.scheduler import Event, QueueFull, Ticket
+from llmrun.errors import LlmrunError
+from llmrun.server import openai_api as api
+from llmrun.server.errors import ApiError
+from llmrun.server.metrics import Metrics
+from llmrun.server.state import Served, ServerState
+
+log = logging.getLogger("llmrun.server")
+FINGERPRINT = f"llmrun-{__version__}"
+OPEN_PATHS = ("/health",)  # answered without a key (load balancers, probes)
+
+
+def create_app(state: ServerState) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        expiry = asyncio.create_task(_expire_idle(state))
+        try:
+            yield
+        finally:
+            expiry.cancel()
+
+    app = FastAPI(
+        title="llmrun", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
+    app.state.llmrun = state
+    metrics = Metrics()
+    app.state.metrics = metrics
+
+    if state.config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(state.config.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        endpoint = request.url.path
+        try:
+            _authorize(request, state.config.api_key)
+            _check_length(request, state.config.max_body_bytes)
+            response = await call_next(request)
+        except ApiError as exc:
+            response = _error_response(exc)
+        metrics.requests.labels(endpoint if endpoint in KNOWN else "other", str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> Response:
+        return _error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def bug(_: Request, exc: Exception) -> Response:
+        log.exception("unexpected error")
+        return _error_response(ApiError(500, "internal server error (the server log has the details)"))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": [s.name for s in state.served()]}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        served = state.served()
+        metrics.queue_depth.set(sum(s.scheduler.queued for s in served))
+        metrics.busy_slots.set(sum(s.scheduler.busy for s in served))
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        names = sorted({s.name for s in state.served()} | set(state.config.models))
+        return {"object": "list", "data": [_model_card(name) for name in names]}
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str) -> dict[str, Any]:
+        if name not in {s.name for s in state.served()} | set(state.config.models):
+            raise ApiError(404, f"model {name!r} is not served here", param="model", code="model_not_found")
+        return _model_card(name)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await _json_body(request, state.config.max_body_bytes)
+        served = await _served(state, body)
+        call = api.parse_chat(body, served.defaults, _limits(state, served))
+        return await _complete(request, served, call, metrics, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await _json_body(request, state.config.max_body_bytes)
+        served = await _served(state, body)
+        call = api.parse_completion(body, served.defaults, _limits(state, served))
+        return await _complete(request, served, call, metrics, chat=False)
+
+    return app
+
+
+async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
+    """Unload models past their keep-alive, every few seconds."""
+    while True:
+        await asyncio.sleep(every)
+        for name in await run_in_threadpool(state.expire):
+            log.info("unloaded %s (idle past --keep-alive)", name)
+
+
+KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"}
+
+
+# --- request plumbing ------------------------------------------------------------------
+
+
+def _authorize(request: Request, key: str | None) -> None:
+    if key is None or request.url.path in OPEN_PATHS or request.method == "OPTIONS":
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "missing API key: send Authorization: Bearer KEY", code="missing_api_key")
+    if not hmac.compare_digest(given.strip().encode(), key.encode()):
+        raise ApiError(401, "incorrect API key", code="invalid_api_key")
+
+
+def _check_length(request: Request, limit: int) -> None:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
+
+
+async def _json_body(request: Request, limit: int) -> Any:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+async def _served(state: ServerState, body: Any) -> Served:
+    name = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip():
+        raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
+    return await run_in_threadpool(state.get, name)
+
+
+def _limits(state: ServerState, served: Served) -> api.Limits:
+    return api.Limits(max_tokens=served.n_ctx, max_n=state.config.max_n)
+
+
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun"}
+
+
+def _error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Ticket]]:
+    """Every request of the call into the model's scheduler; events come back tagged with their choice."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    tickets: list[Ticket] = []
+
+    def sink_for(index: int) -> Callable[[Event], None]:
+        def sink(event: Event) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, (index, event))
+
+        return sink
+
+    try:
+        for index, request in enumerate(call.requests):
+            tickets.append(served.scheduler.submit(request, sink_for(index)))
+    except QueueFull as exc:
+        _cancel(tickets)
+        raise ApiError(
+            503, f"the server is busy: {exc.message}", code="queue_full", headers={"Retry-After": "1"}
+        ) from None
+    except LlmrunError as exc:
+        _cancel(tickets)
+        code = "context_length_exceeded" if "context holds" in exc.message else "invalid_request"
+        raise ApiError(
+            400, exc.message, param="messages" if call.requests[0].messages else "prompt", code=code
+        ) from None
+    return queue, tickets
+
+
+def _cancel(tickets: list[Ticket]) -> None:
+    for ticket in tickets:
+        ticket.cancel()
+
+
+def _request_error(exc: LlmrunError) -> ApiError:
+    if "shutting down" in exc.message:
+        return ApiError(503, exc.message, code="shutting_down")
+    code = "context_length_exceeded" if "context holds" in exc.message else "invalid_request"
+    return ApiError(400, exc.message, code=code)
+
+
+async def _complete(request: Request, served: Served, call: api.Call, metrics: Metrics, *, chat: bool) -> Response:
+    started = time.monotonic()
+    queue, tickets = _submit(served, call)
+    ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    head = {"id": ident, "created": int(time.time()), "model": served.name, "system_fingerprint": FINGERPRINT}
+    if call.stream:
+        from sse_starlette import EventSourceResponse
+
+        events = _stream(queue, tickets, call, head, metrics, started, chat=chat)
+        # on shutdown the schedulers stop first and send each stream an error event; the grace
+        # period lets it reach the client before sse-starlette ends the response
+        return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-cache"}, shutdown_grace_period=2.0)
+    try:
+        results = await _gather(request, queue, tickets, len(call.requests), metrics, started)
+    except ClientGone:
+        return Response(status_code=499)  # nobody reads it: the client closed the connection
+    choices = [(api.chat_choice if chat else api.completion_choice)(i, r, call.logprobs) for i, r in enumerate(results)]
+    body = {
+        **head,
+        "object": "chat.completion" if chat else "text_completion",
+        "choices": choices,
+        "usage": api.usage(results),
+    }
+    return JSONResponse(body)
+
+
+async def _gather(
+    request: Request,
+    queue: asyncio.Queue[tuple[int, Event]],
+    tickets: list[Ticket],
+    count: int,
+    metrics: Metrics,
+    started: float,
+) -> list[Result]:
+    """Every choice's Result; the tickets are cancelled when the client goes away first."""
+    results: dict[int, Result] = {}
+    first = True
+    try:
+        while len(results) < count:
+            try:
+                index, event = await asyncio.wait_for(queue.get(), timeout=0.5)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    raise ClientGone from None
+                continue
+            if first:
+                metrics.time_to_first_token.observe(time.monotonic() - started)
+                first = False
+            if isinstance(event, LlmrunError):
+                raise _request_error(event)
+            if isinstance(event, Result):
+                results[index] = event
+                _count(metrics, event, started)
+    except BaseException:
+        _cancel(tickets)
+        raise
+    return [results[i] for i in range(count)]
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+def _count(metrics: Metrics, result: Result, started: float) -> None:
+    metrics.prompt_tokens.inc(result.prompt_tokens)
+    metrics.generated_tokens.inc(result.generated_tokens)
+    metrics.latency.observe(time.monotonic() - started)
+
+
+async def _stream(
+    queue: asyncio.Queue[tuple[int, Event]],
+    tickets: list[Ticket],
+    call: api.Call,
+    head: dict[str, Any],
+    metrics: Metrics,
+    started: float,
+    *,
+    chat: bool,
+) -> AsyncIterator[str]:
+    """OpenAI's chunks: the role first (chat), then text deltas, each choice's finish_reason, the usage
+    chunk when asked, then [DONE]; an error mid-stream is an error object, and the stream ends."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    remaining = len(call.requests)
+    results: list[Result] = []
+    first = True
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return json.dumps({**head, "object": kind, "choices": choices, **extra}, ensure_ascii=False)
+
+    def choice(
+        index: int, text: str | None, finish: str | None, logprobs: Any = None, role: bool = False
+    ) -> dict[str, Any]:
+        if not chat:
+            return {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
+        delta: dict[str, Any] = {}
+        if role:
+            delta = {"role": "assistant", "content": ""}
+        elif text is not None:
+            delta = {"content": text}
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+
+    try:
+        if chat:
+            yield chunk([choice(i, None, None, role=True) for i in range(remaining)])
+        while remaining:
+            index, event = await queue.get()
+            if first:
+                metrics.time_to_first_token.observe(time.monotonic() - started)
+                first = False
+            if isinstance(event, LlmrunError):
+                yield json.dumps(_request_error(event).body())
+                return
+            if isinstance(event, Result):
+                remaining -= 1
+                results.append(event)
+                _count(metrics, event, started)
+                yield chunk([choice(index, None if chat else "", api.FINISH[event.finish_reason])])
+                continue
+            if event.text:
+                yield chunk([choice(index, event.text, None, _token_logprobs(event, call.logprobs, chat))])
+        if call.include_usage:
+            yield chunk([], usage=api.usage(results))
+        yield "[DONE]"
+    finally:
+        _cancel(tickets)
+
+
+def _token_logprobs(token: Any, alternatives: int | None, chat: bool) -> Any:
+    if alternatives is None or token.logprob is None:
+        return None
+    if chat:
+
+        def one(piece: bytes, logprob: float) -> dict[str, Any]:
+            return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+
+        entry = {
+            **one(token.text.encode(), token.logprob),
+            "top_logprobs": [one(c.piece, c.logprob) for c in token.top[:alternatives]],
+        }
+        return {"content": [entry], "refusal": None}
+    return {
+        "tokens": [token.text],
+        "token_logprobs": [token.logprob],
+        "top_logprobs": [{c.piece.decode("utf-8", "replace"): c.logprob for c in token.top[:alternatives]}],
+        "text_offset": [0],
+    }

@@ -1,0 +1,329 @@
+"""OpenAI request bodies in, engine requests out; engine results in, OpenAI response bodies out (pure).
+
+Follows OpenAI's API reference field by field. A field OpenAI defines that llmrun
+cannot honour is a 400 naming it (never silently ignored); a field OpenAI does not
+define is a 400 too, as OpenAI answers. The extra sampling fields llama-server and
+vLLM accept (``top_k``, ``min_p``, ``repeat_penalty``) are accepted. Sampling values
+are validated by :class:`~llmrun.sampling.SamplingParams`, the CLI's own rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llmrun.engine import Request, Result
+from llmrun.errors import InvalidParameter
+from llmrun.sampling import SamplingParams
+from llmrun.server.errors import ApiError, bad_field
+from llmrun.template import Message
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20
+
+# the sampling fields a body may set, by the SamplingParams field they set
+SAMPLING = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+}
+COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "user", *SAMPLING}
+CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "store", "metadata"}
+COMPLETION_FIELDS = COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of"}
+# OpenAI fields llmrun does not do (yet): a 400 that names them
+UNSUPPORTED = {
+    "response_format": "response_format is not supported yet (structured output comes in a later release)",
+    "tools": "tools are not supported yet (tool calls come in a later release)",
+    "tool_choice": "tool_choice is not supported yet (tool calls come in a later release)",
+    "functions": "functions are not supported (deprecated by OpenAI; tools come in a later release)",
+    "function_call": "function_call is not supported (deprecated by OpenAI; tools come in a later release)",
+    "parallel_tool_calls": "parallel_tool_calls is not supported yet (tool calls come in a later release)",
+    "logit_bias": "logit_bias is not supported",
+    "audio": "audio output is not supported",
+    "modalities": "only text output is supported",
+    "prediction": "predicted outputs are not supported",
+    "web_search_options": "web search is not supported",
+    "reasoning_effort": "reasoning_effort is not supported",
+    "service_tier": "service_tier is not supported",
+    "verbosity": "verbosity is not supported",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_tokens: int  # the most tokens one answer may ask for (the context per slot)
+    max_n: int = 8
+    max_messages: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One HTTP request's worth of engine requests (``n`` choices, or one per prompt × n)."""
+
+    model: str
+    requests: tuple[Request, ...]
+    stream: bool
+    include_usage: bool
+    logprobs: int | None  # None: not asked; else the alternatives per token
+
+
+def _check_fields(body: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    for name in body:
+        if name in UNSUPPORTED:
+            raise bad_field(name, UNSUPPORTED[name], "unsupported_parameter")
+        if name not in allowed:
+            raise bad_field(name, f"unrecognized request argument supplied: {name}", "unknown_parameter")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_field("model", "model is required: a string naming a model this server runs", "missing_required")
+    return body
+
+
+def _typed(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], what: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise bad_field(name, f"{name} must be {what}, got {value!r}", "invalid_type")
+    if not isinstance(value, kinds):
+        raise bad_field(name, f"{name} must be {what}, got {type(value).__name__}", "invalid_type")
+    return value
+
+
+def _params(
+    body: dict[str, Any], defaults: SamplingParams, limits: Limits, max_tokens_field: str | None
+) -> SamplingParams:
+    values: dict[str, Any] = {}
+    for name, target in SAMPLING.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        integer = target in ("seed", "top_k")
+        kinds: tuple[type, ...] = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise bad_field(name, f"{name} must be {'an integer' if integer else 'a number'}", "invalid_type")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad_field(name, f"{name} must be a finite number")
+        values[target] = value
+    if "temperature" in values and values["temperature"] > 2:
+        raise bad_field("temperature", f"temperature must be in [0, 2], got {values['temperature']}")
+    stop = body.get("stop")
+    if stop is not None:
+        stops = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP:
+            raise bad_field("stop", f"stop must be a non-empty string or a list of at most {MAX_STOP} of them")
+        values["stop"] = tuple(stops)
+    if max_tokens_field is not None:
+        max_tokens = _typed(body, max_tokens_field, int, "an integer")
+        if max_tokens is not None:
+            if not 1 <= max_tokens <= limits.max_tokens:
+                raise bad_field(max_tokens_field, f"{max_tokens_field} must be in [1, {limits.max_tokens}]")
+            values["max_tokens"] = max_tokens
+        else:
+            values["max_tokens"] = -1  # OpenAI's default: until the model stops or the context is full
+    try:
+        return dataclasses.replace(defaults, **values)
+    except InvalidParameter as exc:
+        raise bad_field(exc.name, exc.message) from None
+
+
+def _choices(body: dict[str, Any], limits: Limits) -> int:
+    n = _typed(body, "n", int, "an integer")
+    if n is None:
+        return 1
+    if not 1 <= n <= limits.max_n:
+        raise bad_field("n", f"n must be in [1, {limits.max_n}]")
+    return int(n)
+
+
+def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
+    stream = bool(_typed(body, "stream", bool, "a boolean"))
+    options = _typed(body, "stream_options", dict, "an object")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise bad_field("stream_options", "stream_options goes with stream: true")
+    unknown = set(options) - {"include_usage", "include_obfuscation"}
+    if unknown:
+        raise bad_field("stream_options", f"unknown stream_options field: {sorted(unknown)[0]}", "unknown_parameter")
+    usage = options.get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise bad_field("stream_options.include_usage", "include_usage must be a boolean", "invalid_type")
+    return stream, usage
+
+
+def _user(body: dict[str, Any]) -> None:
+    _typed(body, "user", str, "a string")
+
+
+def _seeded(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice ``index`` of n: its own seed, so n samples differ but a seeded request repeats."""
+    if index == 0 or params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=(params.seed + index) % (2**32))
+
+
+def _content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise bad_field(where, f"{where} must be a string or an array of content parts", "invalid_type")
+    texts = []
+    for j, part in enumerate(value):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_audio", "file", "image"):
+            raise bad_field(f"{where}[{j}]", f"{kind} content is not supported: this server runs text models")
+        else:
+            raise bad_field(f"{where}[{j}]", 'a content part must be {"type": "text", "text": "..."}')
+    return "".join(texts)
+
+
+def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
+    if not isinstance(messages, list) or not messages:
+        raise bad_field("messages", "messages must be a non-empty array", "missing_required")
+    if len(messages) > limits.max_messages:
+        raise bad_field("messages", f"at most {limits.max_messages} messages")
+    parsed = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise bad_field(where, f"{where} must be an object", "invalid_type")
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_field(f"{where}.role", f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        if message.get("tool_calls") or message.get("function_call"):
+            raise bad_field(f"{where}.tool_calls", "tool calls are not supported yet", "unsupported_parameter")
+        content = message.get("content")
+        if content is None and role == "assistant":
+            content = ""
+        parsed.append(Message(ROLES[role], _content(content, f"{where}.content")))
+    return tuple(parsed)
+
+
+def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
+    body = _check_fields(body, CHAT_FIELDS)
+    if body.get("store"):
+        raise bad_field("store", "store: true is not supported (this server keeps nothing)", "unsupported_parameter")
+    _typed(body, "metadata", dict, "an object")
+    _user(body)
+    stream, include_usage = _stream(body)
+    n = _choices(body, limits)
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        raise bad_field("max_tokens", "give max_completion_tokens or max_tokens, not both")
+    field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    params = _params(body, defaults, limits, field)
+    want = bool(_typed(body, "logprobs", bool, "a boolean"))
+    top = _typed(body, "top_logprobs", int, "an integer")
+    if top is not None and not want:
+        raise bad_field("top_logprobs", "top_logprobs needs logprobs: true")
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise bad_field("top_logprobs", f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
+    alternatives: int | None = int(top or 0) if want else None
+    messages = parse_messages(body.get("messages"), limits)
+    per_token = max(int(top or 0), 1) if want else 0
+    requests = tuple(Request(messages=messages, params=_seeded(params, i), logprobs=per_token) for i in range(n))
+    return Call(body["model"], requests, stream, include_usage, alternatives)
+
+
+def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
+    body = _check_fields(body, COMPLETION_FIELDS)
+    _user(body)
+    best_of = body.get("best_of")
+    for name, unused in (
+        ("echo", not body.get("echo")),
+        ("suffix", not body.get("suffix")),
+        ("best_of", best_of in (None, 1) and not isinstance(best_of, bool)),
+    ):
+        if not unused:
+            raise bad_field(name, f"{name} is not supported", "unsupported_parameter")
+    stream, include_usage = _stream(body)
+    n = _choices(body, limits)
+    params = _params(body, defaults, limits, "max_tokens")
+    if body.get("max_tokens") is None:
+        params = dataclasses.replace(params, max_tokens=min(16, limits.max_tokens))  # OpenAI's default for completions
+    logprobs = _typed(body, "logprobs", int, "an integer")
+    if logprobs is not None and not 0 <= logprobs <= 5:
+        raise bad_field("logprobs", "logprobs must be in [0, 5]")
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise bad_field("prompt", "prompt must be a string or a non-empty array of strings", "invalid_type")
+    if len(prompts) * n > limits.max_n * 4:
+        raise bad_field("prompt", f"at most {limits.max_n * 4} choices (prompts × n) in one request")
+    requests = tuple(
+        Request(prompt=p, params=_seeded(params, i), raw=True, logprobs=max(logprobs, 1) if logprobs is not None else 0)
+        for p in prompts
+        for i in range(n)
+    )
+    return Call(body["model"], requests, stream, include_usage, logprobs)
+
+
+# --- responses ------------------------------------------------------------------------
+
+
+def usage(results: list[Result]) -> dict[str, int]:
+    prompt = sum(r.prompt_tokens for r in results)
+    completion = sum(r.generated_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def chat_logprobs(result: Result, alternatives: int) -> dict[str, Any]:
+    entries = result.logprobs or ()
+
+    def one(piece: bytes, logprob: float) -> dict[str, Any]:
+        return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+
+    return {
+        "content": [
+            {**one(e.piece, e.logprob), "top_logprobs": [one(c.piece, c.logprob) for c in e.top[:alternatives]]}
+            for e in entries
+        ],
+        "refusal": None,
+    }
+
+
+def completion_logprobs(result: Result, alternatives: int) -> dict[str, Any]:
+    entries = result.logprobs or ()
+    offsets, offset = [], 0
+    for e in entries:
+        offsets.append(offset)
+        offset += len(e.piece.decode("utf-8", "replace"))
+    return {
+        "tokens": [e.piece.decode("utf-8", "replace") for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [
+            {c.piece.decode("utf-8", "replace"): c.logprob for c in e.top[:alternatives]} for e in entries
+        ],
+        "text_offset": offsets,
+    }
+
+
+def chat_choice(index: int, result: Result, alternatives: int | None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": result.text, "refusal": None},
+        "logprobs": chat_logprobs(result, alternatives) if alternatives is not None else None,
+        "finish_reason": FINISH[result.finish_reason],
+    }
+
+
+def completion_choice(index: int, result: Result, alternatives: int | None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "text": result.text,
+        "logprobs": completion_logprobs(result, alternatives) if alternatives is not None else None,
+        "finish_reason": FINISH[result.finish_reason],
+    }

@@ -1,0 +1,142 @@
+"""What a running server holds: its settings, the engine, one scheduler per loaded model.
+
+A client's model name is looked up among the names the operator gave (``-m``), then
+resolved through the registry and the store like the CLI does — but never as a file
+path or URL, and never downloaded unless the operator passed ``--allow-pull``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmrun.engine import Engine
+from llmrun.engine.scheduler import Scheduler
+from llmrun.errors import InsufficientMemory, LlmrunError
+from llmrun.refs import ModelRef
+from llmrun.sampling import SamplingParams
+from llmrun.server.errors import ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    models: tuple[str, ...] = ()  # loaded at start; the first is the default
+    parallel: int = 4  # sequences decoded together per model
+    n_ctx: int | None = None  # context per sequence (None: the model's default, at most 4096)
+    load_flags: dict[str, Any] = field(default_factory=dict)  # threads, gpu layers, kv type
+    backend: str = "auto"
+    api_key: str | None = None
+    keep_alive: float | None = None  # seconds a model stays loaded after its last request (None: forever)
+    max_queue: int = 64  # waiting requests per model before 503
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_n: int = 8
+    allow_pull: bool = False
+    cors_origins: tuple[str, ...] = ()
+    force: bool = False
+
+
+@dataclass
+class Served:
+    name: str  # as the server reports it
+    scheduler: Scheduler
+    defaults: SamplingParams
+    n_ctx: int
+
+
+class ServerState:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.engine = Engine(keep_alive=config.keep_alive)
+        self._served: dict[str, Served] = {}  # by every name it answers to
+        self._lock = threading.Lock()
+        self.closing = False
+
+    def served(self) -> list[Served]:
+        with self._lock:
+            return list({id(s): s for s in self._served.values()}.values())
+
+    def get(self, name: str, *, operator: bool = False) -> Served:
+        """The model a client named, loaded on first use (blocking: call from a worker thread).
+        ``operator``: a name from the command line, which may be a path."""
+        with self._lock:
+            found = self._served.get(name)
+            if found is not None:
+                return found
+            if not operator:
+                _check_client_name(name)
+            served = self._load(name)
+            self._served[name] = served
+            self._served[served.name] = served
+            return served
+
+    def load_at_start(self) -> list[Served]:
+        return [self.get(name, operator=True) for name in self.config.models]
+
+    def _load(self, name: str) -> Served:
+        from llmrun.config import load_registry
+        from llmrun.pipeline import check_parallel_memory, load_defaults, plan_run
+        from llmrun.sysinfo import available_memory
+
+        flags = {k: v for k, v in self.config.load_flags.items() if v is not None}
+        if self.config.n_ctx is not None:
+            flags["n_ctx"] = self.config.n_ctx
+        try:
+            run_plan = plan_run(
+                load_registry(),
+                name,
+                {},
+                flags,
+                force=self.config.force,
+                available_memory=available_memory,
+                load_defaults=load_defaults,
+                backend=self.config.backend,
+            )
+            check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
+            entry = self.engine.load(run_plan)
+        except InsufficientMemory as exc:
+            message = f"model {name!r} cannot be loaded now: {exc.message}"
+            raise ApiError(503, message, code="insufficient_memory") from None
+        except LlmrunError as exc:
+            message = f"model {name!r} is not available here: {exc.message}"
+            raise ApiError(404, message, param="model", code="model_not_found") from None
+        scheduler = Scheduler(entry, self.config.parallel, run_plan.load.n_ctx, self.config.max_queue)
+        return Served(run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Unload models idle (nothing queued or running) for longer than ``keep_alive``; their names."""
+        keep_alive = self.config.keep_alive
+        if keep_alive is None:
+            return []
+        now = time.monotonic() if now is None else now
+        gone = []
+        with self._lock:
+            for served in {id(s): s for s in self._served.values()}.values():
+                scheduler = served.scheduler
+                if scheduler.queued or scheduler.busy or now - scheduler.entry.last_used <= keep_alive:
+                    continue
+                scheduler.close()
+                self.engine.unload(scheduler.entry.name)
+                self._served = {k: v for k, v in self._served.items() if v is not served}
+                gone.append(served.name)
+        return gone
+
+    def close(self) -> None:
+        """Stop every scheduler (requests in flight get an error event), then unload."""
+        self.closing = True
+        for served in self.served():
+            served.scheduler.close()
+        self.engine.close()
+
+
+def _check_client_name(name: str) -> None:
+    """A client's model name never becomes a path or URL."""
+    if "://" in name or "\\" in name or ".." in name:
+        raise ApiError(404, f"model {name!r} is not available here", param="model", code="model_not_found")
+    try:
+        ref = ModelRef.parse(name)
+    except LlmrunError as exc:
+        raise ApiError(404, f"model {name!r} is not available here: {exc.message}", code="model_not_found") from None
+    if ref.kind == "path":
+        raise ApiError(404, f"model {name!r} is not available here (file paths are not served)", code="model_not_found")
