@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from llmrun import __version__
 from llmrun.engine import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
-from llmrun.errors import LlmrunError
+from llmrun.errors import InsufficientMemory, LlmrunError
 from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError
 from llmrun.server.metrics import Metrics
@@ -174,7 +174,14 @@ async def _served(state: ServerState, body: Any) -> Served:
     name = body.get("model") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
-    return await run_in_threadpool(state.get, name)
+    try:
+        return await run_in_threadpool(state.get, name)
+    except InsufficientMemory as exc:
+        raise ApiError(503, f"model {name!r} cannot be loaded now: {exc.message}", code="insufficient_memory") from None
+    except LlmrunError as exc:
+        served = ", ".join(sorted({s.name for s in state.served()} | set(state.config.models))) or "none"
+        message = f"model {name!r} is not available here ({exc.message}); this server runs: {served}"
+        raise ApiError(404, message, param="model", code="model_not_found") from None
 
 
 def _limits(state: ServerState, served: Served) -> api.Limits:

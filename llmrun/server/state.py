@@ -14,10 +14,9 @@ from typing import Any
 
 from llmrun.engine import Engine
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import InsufficientMemory, LlmrunError
+from llmrun.errors import ModelNotFound
 from llmrun.refs import ModelRef
 from llmrun.sampling import SamplingParams
-from llmrun.server.errors import ApiError
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,25 +81,18 @@ class ServerState:
         flags = {k: v for k, v in self.config.load_flags.items() if v is not None}
         if self.config.n_ctx is not None:
             flags["n_ctx"] = self.config.n_ctx
-        try:
-            run_plan = plan_run(
-                load_registry(),
-                name,
-                {},
-                flags,
-                force=self.config.force,
-                available_memory=available_memory,
-                load_defaults=load_defaults,
-                backend=self.config.backend,
-            )
-            check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
-            entry = self.engine.load(run_plan)
-        except InsufficientMemory as exc:
-            message = f"model {name!r} cannot be loaded now: {exc.message}"
-            raise ApiError(503, message, code="insufficient_memory") from None
-        except LlmrunError as exc:
-            message = f"model {name!r} is not available here: {exc.message}"
-            raise ApiError(404, message, param="model", code="model_not_found") from None
+        run_plan = plan_run(
+            load_registry(),
+            name,
+            {},
+            flags,
+            force=self.config.force,
+            available_memory=available_memory,
+            load_defaults=load_defaults,
+            backend=self.config.backend,
+        )
+        check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
+        entry = self.engine.load(run_plan)
         scheduler = Scheduler(entry, self.config.parallel, run_plan.load.n_ctx, self.config.max_queue)
         return Served(run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
 
@@ -132,11 +124,5 @@ class ServerState:
 
 def _check_client_name(name: str) -> None:
     """A client's model name never becomes a path or URL."""
-    if "://" in name or "\\" in name or ".." in name:
-        raise ApiError(404, f"model {name!r} is not available here", param="model", code="model_not_found")
-    try:
-        ref = ModelRef.parse(name)
-    except LlmrunError as exc:
-        raise ApiError(404, f"model {name!r} is not available here: {exc.message}", code="model_not_found") from None
-    if ref.kind == "path":
-        raise ApiError(404, f"model {name!r} is not available here (file paths are not served)", code="model_not_found")
+    if "://" in name or "\\" in name or ".." in name or ModelRef.parse(name).kind == "path":
+        raise ModelNotFound(f"model {name!r} is not available here (file paths and URLs are not served)")
