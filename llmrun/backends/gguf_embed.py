@@ -28,6 +28,10 @@ class GgufEmbedder:
     def count(self, text: str) -> int:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Token ids of this model's vocabulary as text (the server's token-array input)."""
+        return bytes(self._llama.detokenize(list(ids))).decode("utf-8", "replace")
+
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """One unit vector per text; a text longer than ``max_tokens`` is cut (llama-cpp-python's
         ``truncate``), so callers chunk first."""

@@ -174,11 +174,14 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
     state = ServerState(config)
     with render.status("Loading…"):
         served = state.load_at_start() if config.models else [state.get(_default_name(), operator=True)]
+    from llmrun.server.state import Served
+
     for s in served:
+        if not isinstance(s, Served):
+            render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
+            continue
         how = (
-            f"{config.parallel} in parallel"
-            if s.scheduler.batching
-            else "one request at a time (no batching on this backend)"
+            f"{config.parallel} in parallel" if s.scheduler.batching else "one at a time (no batching on this backend)"
         )
         render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
     if warn_open:

@@ -27,11 +27,11 @@ from starlette.concurrency import run_in_threadpool
 from llmrun import __version__
 from llmrun.engine import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
-from llmrun.errors import InsufficientMemory, LlmrunError
+from llmrun.errors import InsufficientMemory, LlmrunError, ModelNotFound, UsageError
 from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import Served, ServerState
+from llmrun.server.state import Embedding, Served, ServerState
 
 log = logging.getLogger("llmrun.server")
 FINGERPRINT = f"llmrun-{__version__}"
@@ -100,12 +100,14 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        names = sorted({s.name for s in state.served()} | set(state.config.models))
-        return {"object": "list", "data": [_model_card(name) for name in names]}
+        names = {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(state.config.models)
+        return {"object": "list", "data": [_model_card(name) for name in sorted(names)]}
 
     @app.get("/v1/models/{name:path}")
     async def model(name: str) -> dict[str, Any]:
-        if name not in {s.name for s in state.served()} | set(state.config.models):
+        if name not in {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(
+            state.config.models
+        ):
             raise ApiError(404, f"model {name!r} is not served here", param="model", code="model_not_found")
         return _model_card(name)
 
@@ -123,7 +125,67 @@ def create_app(state: ServerState) -> FastAPI:
         call = api.parse_completion(body, served.defaults, _limits(state, served))
         return await _complete(request, served, call, metrics, chat=False)
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = await _json_body(request, state.config.max_body_bytes)
+        call = api.parse_embeddings(body)
+        _wrong_kind(state, call.model, embedding=True)
+        try:
+            embedding = await run_in_threadpool(state.get_embedding, call.model)
+        except LlmrunError as exc:
+            raise _model_error(state, call.model, exc) from None
+        if call.dimensions is not None and call.dimensions != embedding.embedder.dimension:
+            message = f"{embedding.name} makes {embedding.embedder.dimension}-dimension vectors; it cannot make others"
+            raise ApiError(400, message, param="dimensions", code="unsupported_value")
+        vectors, tokens = await run_in_threadpool(_embed, embedding, call)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [api.embedding_item(i, v, call.base64) for i, v in enumerate(vectors)],
+                "model": embedding.name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
     return app
+
+
+def _embed(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, int]:
+    """The vectors of every input and the tokens they took; an input the model cannot read whole is a 400."""
+    embedder = embedding.embedder
+    with embedding.lock:
+        texts = []
+        for i, item in enumerate(call.inputs):
+            if isinstance(item, tuple):
+                detokenize = getattr(embedder, "detokenize", None)
+                if detokenize is None:
+                    raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
+                item = detokenize(item)
+            texts.append(item)
+        counts = [embedder.count(text) for text in texts]
+        for i, count in enumerate(counts):
+            if count > embedder.max_tokens:
+                message = f"input[{i}] is {count} tokens; {embedding.name} reads at most {embedder.max_tokens}"
+                raise ApiError(400, message, param=f"input[{i}]", code="context_length_exceeded")
+        return embedder.embed(texts), sum(counts)
+
+
+def _model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
+    if isinstance(exc, InsufficientMemory):
+        return ApiError(503, f"model {name!r} cannot be loaded now: {exc.message}", code="insufficient_memory")
+    if isinstance(exc, UsageError) and not isinstance(exc, ModelNotFound):
+        return ApiError(400, exc.message, param="model", code="model_not_supported")
+    names = {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(state.config.models)
+    message = f"{exc.message}; this server runs: {', '.join(sorted(names)) or 'none'}"
+    return ApiError(404, message, param="model", code="model_not_found")
+
+
+def _wrong_kind(state: ServerState, name: str, *, embedding: bool) -> None:
+    """A text model asked for embeddings, or an embedding model asked for text: a 400 that says which."""
+    if embedding and name in {s.name for s in state.served()}:
+        raise ApiError(400, f"{name} is a text-generation model; ask it for chat or completions", param="model")
+    if not embedding and name in {e.name for e in state.embeddings()}:
+        raise ApiError(400, f"{name} is an embedding model; ask it for /v1/embeddings", param="model")
 
 
 async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
@@ -134,7 +196,7 @@ async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
             log.info("unloaded %s (idle past --keep-alive)", name)
 
 
-KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"}
+KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
 
 
 # --- request plumbing ------------------------------------------------------------------
@@ -174,14 +236,11 @@ async def _served(state: ServerState, body: Any) -> Served:
     name = body.get("model") if isinstance(body, dict) else None
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
+    _wrong_kind(state, name, embedding=False)
     try:
         return await run_in_threadpool(state.get, name)
-    except InsufficientMemory as exc:
-        raise ApiError(503, f"model {name!r} cannot be loaded now: {exc.message}", code="insufficient_memory") from None
     except LlmrunError as exc:
-        served = ", ".join(sorted({s.name for s in state.served()} | set(state.config.models))) or "none"
-        message = f"model {name!r} is not available here ({exc.message}); this server runs: {served}"
-        raise ApiError(404, message, param="model", code="model_not_found") from None
+        raise _model_error(state, name, exc) from None
 
 
 def _limits(state: ServerState, served: Served) -> api.Limits:

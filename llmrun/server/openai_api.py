@@ -327,3 +327,58 @@ def completion_choice(index: int, result: Result, alternatives: int | None) -> d
         "logprobs": completion_logprobs(result, alternatives) if alternatives is not None else None,
         "finish_reason": FINISH[result.finish_reason],
     }
+
+
+# --- embeddings ---------------------------------------------------------------------------
+
+EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user"}
+MAX_INPUTS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    model: str
+    inputs: tuple[str | tuple[int, ...], ...]  # texts, or token ids of the model's own vocabulary
+    base64: bool
+    dimensions: int | None
+
+
+def parse_embeddings(body: Any) -> EmbeddingCall:
+    body = _check_fields(body, EMBEDDING_FIELDS)
+    _user(body)
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise bad_field("encoding_format", "encoding_format must be float or base64")
+    dimensions = _typed(body, "dimensions", int, "an integer")
+    raw = body.get("input")
+    if isinstance(raw, str) or (isinstance(raw, list) and raw and all(_is_int(x) for x in raw)):
+        items: list[Any] = [raw]
+    elif isinstance(raw, list) and raw:
+        items = raw
+    else:
+        raise bad_field("input", "input must be a string, an array of strings, or token arrays", "invalid_type")
+    if len(items) > MAX_INPUTS:
+        raise bad_field("input", f"at most {MAX_INPUTS} inputs in one request")
+    inputs: list[str | tuple[int, ...]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str) and item:
+            inputs.append(item)
+        elif isinstance(item, list) and item and all(_is_int(x) and x >= 0 for x in item):
+            inputs.append(tuple(item))
+        else:
+            raise bad_field(f"input[{i}]", "each input must be a non-empty string or a non-empty token array")
+    return EmbeddingCall(body["model"], tuple(inputs), encoding == "base64", dimensions)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def embedding_item(index: int, vector: Any, base64: bool) -> dict[str, Any]:
+    import base64 as b64
+
+    import numpy as np
+
+    values = np.asarray(vector, dtype="<f4")
+    encoded: Any = b64.b64encode(values.tobytes()).decode("ascii") if base64 else values.tolist()
+    return {"object": "embedding", "index": index, "embedding": encoded}

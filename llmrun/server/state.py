@@ -10,13 +10,17 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from llmrun.engine import Engine
 from llmrun.engine.scheduler import Scheduler
 from llmrun.errors import ModelNotFound
 from llmrun.refs import ModelRef
 from llmrun.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import Embedder
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,15 @@ class ServerConfig:
 
 
 @dataclass
+class Embedding:
+    """A loaded embedding model (one request at a time: embedding is one forward pass per batch)."""
+
+    name: str
+    embedder: Embedder
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
 class Served:
     name: str  # as the server reports it
     scheduler: Scheduler
@@ -49,6 +62,7 @@ class ServerState:
         self.config = config
         self.engine = Engine(keep_alive=config.keep_alive)
         self._served: dict[str, Served] = {}  # by every name it answers to
+        self._embeddings: dict[str, Embedding] = {}
         self._lock = threading.Lock()
         self.closing = False
 
@@ -70,8 +84,32 @@ class ServerState:
             self._served[served.name] = served
             return served
 
-    def load_at_start(self) -> list[Served]:
-        return [self.get(name, operator=True) for name in self.config.models]
+    def embeddings(self) -> list[Embedding]:
+        with self._lock:
+            return list({id(e): e for e in self._embeddings.values()}.values())
+
+    def get_embedding(self, name: str, *, operator: bool = False) -> Embedding:
+        """The embedding model a client named, loaded on first use (blocking)."""
+        from llmrun.config import load_registry
+        from llmrun.rag.embedding import embedding_model
+
+        with self._lock:
+            found = self._embeddings.get(name)
+            if found is not None:
+                return found
+            if not operator:
+                _check_client_name(name)
+            model = embedding_model(load_registry(), name)
+            loaded = Embedding(model.name, model.open())
+            self._embeddings[name] = self._embeddings[loaded.name] = loaded
+            return loaded
+
+    def load_at_start(self) -> list[Served | Embedding]:
+        """The models named with -m: text models get a scheduler, embedding models an embedder."""
+        return [
+            self.get_embedding(name, operator=True) if _is_embedding(name) else self.get(name, operator=True)
+            for name in self.config.models
+        ]
 
     def _load(self, name: str) -> Served:
         from llmrun.config import load_registry
@@ -120,9 +158,24 @@ class ServerState:
         for served in self.served():
             served.scheduler.close()
         self.engine.close()
+        for embedding in self.embeddings():
+            with embedding.lock:
+                embedding.embedder.close()
+
+
+def _is_embedding(name: str) -> bool:
+    from llmrun.config import load_registry
+    from llmrun.gguf_header import is_embedding_model
+    from llmrun.pipeline import locate
+
+    if Path(name).expanduser().is_dir():
+        from llmrun.backends.mlx_embed import is_bert_dir
+
+        return is_bert_dir(Path(name).expanduser())
+    return is_embedding_model(locate(load_registry(), name, backend="gguf").header)
 
 
 def _check_client_name(name: str) -> None:
     """A client's model name never becomes a path or URL."""
     if "://" in name or "\\" in name or ".." in name or ModelRef.parse(name).kind == "path":
-        raise ModelNotFound(f"model {name!r} is not available here (file paths and URLs are not served)")
+        raise ModelNotFound(f"model {name!r} is not served here (file paths and URLs are not)")

@@ -36,6 +36,7 @@ class Server:
     process: subprocess.Popen[str]
     model: str
     env: dict[str, str]
+    embedder: str
 
     def client(self, **kwargs: Any) -> Any:
         from openai import OpenAI
@@ -57,7 +58,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(smollm: Path, minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("serve")
     env = {
         **os.environ,
@@ -68,7 +69,8 @@ def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     }
     env.pop("LLMRUN_API_KEY", None)
     port = _free_port()
-    args = ["serve", "-m", str(smollm), "--port", str(port), "--parallel", "4", "--ctx", "1024", "--api-key", KEY]
+    args = ["serve", "-m", str(smollm), "-m", str(minilm), "--port", str(port), "--parallel", "4", "--ctx", "1024"]
+    args += ["--api-key", KEY]
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrun", *args],
         stdout=subprocess.PIPE,
@@ -90,7 +92,7 @@ def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     else:
         process.kill()
         pytest.fail("the server did not answer /health within 120 s")
-    yield Server(url, process, str(smollm), env)
+    yield Server(url, process, str(smollm), env, str(minilm))
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
@@ -194,8 +196,51 @@ def test_developer_role_and_content_parts(server: Server) -> None:
 
 def test_models_and_health(server: Server) -> None:
     models = server.client().models.list()
-    assert [m.id for m in models.data] == [server.model]
+    assert sorted(m.id for m in models.data) == sorted([server.model, server.embedder])
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def test_embeddings_as_floats_and_base64_equal_llmrun_s_own(server: Server, minilm: Path) -> None:
+    import numpy as np
+
+    from llmrun.backends.gguf_embed import load_embedder
+
+    texts = ["The cat sat on the mat.", "Quantum computers use qubits."]
+    client = server.client()
+    default = client.embeddings.create(model=server.embedder, input=texts)  # the SDK asks for base64
+    floats = client.embeddings.create(model=server.embedder, input=texts, encoding_format="float")
+    assert [d.index for d in default.data] == [0, 1] and default.model == server.embedder
+    a, b = np.array([d.embedding for d in default.data]), np.array([d.embedding for d in floats.data])
+    assert a.shape == (2, 384) and np.allclose(a, b, atol=1e-6)
+    assert np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-4)
+    local = load_embedder(minilm, 512, 2)
+    try:
+        expected = local.embed(texts)
+        ids = local._llama.tokenize(texts[0].encode(), add_bos=False, special=False)
+    finally:
+        local.close()
+    assert float(np.min(np.sum(a * expected, axis=1))) > 0.9999
+    assert default.usage.prompt_tokens == default.usage.total_tokens > 0
+    tokens = client.embeddings.create(model=server.embedder, input=[ids], encoding_format="float")
+    assert float(np.dot(tokens.data[0].embedding, a[0])) > 0.999
+    single = client.embeddings.create(model=server.embedder, input=texts[1])
+    assert len(single.data) == 1 and float(np.dot(single.data[0].embedding, a[1])) > 0.9999  # batched alone
+
+
+def test_embedding_errors(server: Server) -> None:
+    good = {"model": server.embedder, "input": "hello"}
+    assert _error(server.post("/v1/embeddings", {**good, "model": server.model}), 400)["param"] == "model"
+    assert _error(server.post("/v1/embeddings", {**good, "input": ""}), 400)["param"] == "input[0]"
+    assert _error(server.post("/v1/embeddings", {**good, "input": "word " * 1000}), 400)["code"] == (
+        "context_length_exceeded"
+    )
+    assert _error(server.post("/v1/embeddings", {**good, "dimensions": 64}), 400)["param"] == "dimensions"
+    assert _error(server.post("/v1/embeddings", {**good, "encoding_format": "int8"}), 400)["param"] == (
+        "encoding_format"
+    )
+    chat_body = {"model": server.embedder, "messages": [{"role": "user", "content": "hi"}]}
+    assert _error(server.post("/v1/chat/completions", chat_body), 400)["param"] == "model"
+    assert server.post("/v1/embeddings", good).status_code == 200
 
 
 def test_eight_concurrent_streams_all_finish(server: Server) -> None:
