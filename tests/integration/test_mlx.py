@@ -78,10 +78,11 @@ def test_tokenizer_rebuilt_from_gguf_matches_llama_cpp(gguf_model: GgufModel, ml
 # reference's lead over its runner-up exceeds that backend's measured error on the lead
 # (the largest seen over the text's 298 positions, times 1.5), and stay within KL bounds that a broken
 # converter (a norm off by one, a wrong rope base, unpermuted Q/K) exceeds by orders of magnitude.
-# Measured (the 298 positions of the English evaluation text): llama.cpp Q4_K_M, AVX2 and AVX-512
-# builds at 1 and 2 threads: KL 0.0040, top-1 96.3%, largest lead error 0.55; MLX bfloat16:
-# KL 0.0011, top-1 98.7%, largest lead error 0.27; MLX 8-bit: KL 0.0017, top-1 97.3%.
-LLAMA_CPP_LEAD_ERROR = 0.85
+# Measured (the 298 positions of the English evaluation text), llama.cpp Q4_K_M: AVX2 and AVX-512
+# builds, AMX builds loaded without extra buffers, 1 and 2 threads, flash attention off and on:
+# KL 0.0040-0.0046, top-1 95.3-97.3%, largest lead error 0.42-0.71; MLX bfloat16: KL 0.0011,
+# top-1 98.7%, largest lead error 0.27.
+LLAMA_CPP_LEAD_ERROR = 1.1
 MLX_LEAD_ERROR = 0.45
 
 
@@ -118,7 +119,7 @@ def _check_against_reference(
         if lead >= lead_error:
             clear += 1
             assert int(np.argmax(rows[position])) == token, (position, lead)
-    assert clear >= 0.4 * (len(ids) - 1)  # about half the positions (llama.cpp) are decided exactly
+    assert clear >= 0.3 * (len(ids) - 1)  # a third or more of the positions are decided exactly
 
 
 def _rows(model: GgufModel | MlxModel, ids: list[int]) -> Any:

@@ -40,7 +40,7 @@ def test_greedy_equals_raw_llama_cpp_token_for_token(gemma: Path) -> None:
     from llmrun.sysinfo import default_threads
 
     with avoid_extra_buffers():  # llmrun's own loading (the same on every build but one with AMX kernels)
-        raw = Llama(model_path=str(gemma), n_ctx=4096, n_threads=default_threads(), verbose=False)
+        raw = Llama(model_path=str(gemma), n_ctx=4096, n_threads=default_threads(), flash_attn=True, verbose=False)
     expected = raw.create_completion(PROMPT, max_tokens=32, temperature=0.0)
     prompt_ids = raw.tokenize(PROMPT.encode(), add_bos=True)
     raw_ids = []
