@@ -114,7 +114,9 @@ def load(url: str, model: str, clients: int, tokens: int) -> dict[str, float]:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=600)
+    if any(t.is_alive() for t in threads) or len(out) < clients:
+        sys.exit(f"{clients - len(out)} of {clients} clients got no complete answer within 10 minutes")
     elapsed = max(r["end"] for r in out) - started
     ttfts = sorted(r["ttft"] for r in out)
     return {
@@ -184,6 +186,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for kind in ("llama-server", "llmrun"):
             process, url, name = start(kind, args.model, args.threads, args.parallel, args.ctx, args.llama_server)
+            print(f"round {len(one_at_a_time) + 1}: {kind}", file=sys.stderr, flush=True)
             try:
                 load(url, name, 2, 8)  # warm up
                 for n in clients:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -187,7 +188,8 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
     app = create_app(state)
-    server = _server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False), state)
+    web = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server = _server(web, state)
     render.note(f"listening on http://{_shown_host(host)}:{port}/v1 (Ctrl-C stops)")
     # uvicorn handles SIGINT/SIGTERM itself, then raises the signal again once it has shut down:
     # a stop asked for is a clean exit (0), not an interruption
@@ -198,8 +200,7 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if not state.closing:
-            state.close()
+        state.close()
     render.note("stopped")
 
 
@@ -228,8 +229,10 @@ def _server(config: Any, state: ServerState) -> Any:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            # not in the signal handler itself: it may have interrupted this thread while it holds a lock
             if not state.closing:
-                state.close()
+                state.closing = True
+                threading.Thread(target=state.close, name="llmrun shutdown", daemon=True).start()
             super().handle_exit(sig, frame)
 
     return Server(config)

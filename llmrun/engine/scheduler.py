@@ -14,6 +14,7 @@ GGUF models decode up to ``parallel`` sequences in one llama.cpp batch
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -25,6 +26,8 @@ from llmrun.backends.base import BatchRequest, Done, Token
 from llmrun.engine.request import Request, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
+
+log = logging.getLogger("llmrun.scheduler")
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
@@ -128,11 +131,8 @@ class Scheduler:
         self.parallel = parallel
         self.n_ctx_seq = n_ctx_seq
         self.max_queue = max_queue
-        batch: Callable[[int, int], Decoder] | None = getattr(entry.model, "batch_decoder", None)
-        self.batching = batch is not None and parallel > 1
-        self._decoder: Decoder = (
-            batch(parallel, n_ctx_seq) if batch is not None and parallel > 1 else SequentialDecoder(entry.model)
-        )
+        self.batching = getattr(entry.model, "batch_decoder", None) is not None and parallel > 1
+        self._decoder = self._new_decoder()
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, Ticket] = {}
         self._cancelled: list[Ticket] = []
@@ -142,13 +142,19 @@ class Scheduler:
         self._thread = threading.Thread(target=self._loop, name=f"llmrun scheduler {entry.name}", daemon=True)
         self._thread.start()
 
+    def _new_decoder(self) -> Decoder:
+        batch: Callable[[int, int], Decoder] | None = getattr(self.entry.model, "batch_decoder", None)
+        if batch is not None and self.parallel > 1:
+            return batch(self.parallel, self.n_ctx_seq)
+        return SequentialDecoder(self.entry.model)
+
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             ids, prompt_format = request_ids(self.entry.model, self.entry.templates, request)
         with self._wake:
-            if self._closing:
+            if self._closing or not self._thread.is_alive():
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
@@ -230,6 +236,16 @@ class Scheduler:
             ticket = self._running.pop(failed.index, None)
             if ticket is not None and not ticket.cancelled:
                 ticket.sink(failed.error)
+            return
+        except Exception as exc:  # a failed decode: fail what was running, start a fresh decoder, keep serving
+            log.exception("decode step failed")
+            error = LlmrunError(f"the model failed while decoding: {exc}", "retry; the server log has the details")
+            for ticket in self._running.values():
+                if not ticket.cancelled:
+                    ticket.sink(error)
+            self._running.clear()
+            self._decoder.close()
+            self._decoder = self._new_decoder()
             return
         for index, event in events:
             ticket = self._running.get(index)

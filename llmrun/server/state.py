@@ -65,6 +65,8 @@ class ServerState:
         self._embeddings: dict[str, Embedding] = {}
         self._lock = threading.Lock()
         self.closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     def served(self) -> list[Served]:
         with self._lock:
@@ -153,7 +155,11 @@ class ServerState:
         return gone
 
     def close(self) -> None:
-        """Stop every scheduler (requests in flight get an error event), then unload."""
+        """Stop every scheduler (requests in flight get an error event), then unload (once; any thread)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         self.closing = True
         for served in self.served():
             served.scheduler.close()
