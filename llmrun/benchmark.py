@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmrun.backends.base import LoadedModel
+from llmrun.backends.base import LoadedModel, evaluating, with_logits
 
 TEXT = (
     "The history of the printing press begins in the fifteenth century, when movable type changed how "
@@ -57,16 +57,18 @@ def run(
     progress: Callable[[int], None] | None = None,
 ) -> BenchResult:
     prompt = prompt_tokens(model, n_prompt)
+    scorer = with_logits(model, "report prefill speed (it has no raw logits)")
+    stepper = evaluating(model, "report decode speed (it has no bare forward pass)")
     pp, tg, ttft = [], [], []
     peak = 0
     for index in range(repetitions + 1):  # the first is the warm-up
         start = time.perf_counter()
-        logits = model.logits(prompt)
+        logits = scorer.logits(prompt)
         first = int(logits.argmax())
         prefill = time.perf_counter() - start
         start = time.perf_counter()
         for _ in range(n_gen):
-            model.eval([first])
+            stepper.eval([first])
         decode = time.perf_counter() - start
         peak = max(peak, memory())
         if index:
@@ -75,5 +77,5 @@ def run(
             ttft.append(prefill)
         if progress:
             progress(index)
-    model.reset()
+    stepper.reset()
     return BenchResult(len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak)

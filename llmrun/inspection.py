@@ -39,7 +39,9 @@ def next_token(model: LoadedModel, ids: Sequence[int], params: SamplingParams, t
     Penalties see no previous tokens: in generation they apply to the tokens
     generated so far, and before the first there are none.
     """
-    stages = sampling_stages(model.logits(ids), params)
+    from llmrun.backends.base import with_logits
+
+    stages = sampling_stages(with_logits(model, "show next-token logits").logits(ids), params)
     rows = tuple(
         Candidate(
             rank,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from llmrun.errors import InvalidParameter
+from llmrun.errors import InvalidParameter, UsageError
 from llmrun.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -117,6 +117,12 @@ class BatchOutcome:
 
 
 class LoadedModel(Protocol):
+    """What every backend does: tokens in and out, and a stream of generated tokens.
+
+    Everything else is an optional capability with a protocol of its own (:class:`Logits`,
+    :class:`Evaluates`, :class:`GeneratesBatch`), so a backend that can only complete text
+    (a remote engine) implements only this; :func:`with_logits`, :func:`evaluating` and :func:`batching` ask for one."""
+
     path: Path
     n_ctx: int
 
@@ -137,21 +143,58 @@ class LoadedModel(Protocol):
 
     def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]: ...
 
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Logits(Protocol):
+    """Raw next-token logits (``llmrun next``, the quality report, the backends' agreement tests)."""
+
     def logits(self, ids: Sequence[int]) -> npt.NDArray[np.float32]: ...
 
     # teacher forcing: the raw logits after ids[:1], ids[:2], …, as (positions × vocabulary) chunks
     def position_logits(self, ids: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]: ...
 
-    def generate_batch(
-        self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
-    ) -> Generator[BatchOutcome, None, None]: ...
 
-    # the forward pass by itself, for benchmarks: clear the KV cache, append tokens to it
+@runtime_checkable
+class Evaluates(Protocol):
+    """The forward pass by itself, for benchmarks: clear the KV cache, append tokens to it."""
+
     def reset(self) -> None: ...
 
     def eval(self, ids: Sequence[int]) -> None: ...
 
-    def close(self) -> None: ...
+
+@runtime_checkable
+class GeneratesBatch(Protocol):
+    """Many sequences at once (``llmrun batch``, the server's scheduler)."""
+
+    def generate_batch(
+        self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
+    ) -> Generator[BatchOutcome, None, None]: ...
+
+
+def with_logits(model: object, what: str) -> Logits:
+    """``model`` as :class:`Logits`, or one line saying what its backend cannot do."""
+    if not isinstance(model, Logits):
+        raise _cannot(what)
+    return model
+
+
+def evaluating(model: object, what: str) -> Evaluates:
+    if not isinstance(model, Evaluates):
+        raise _cannot(what)
+    return model
+
+
+def batching(model: object, what: str) -> GeneratesBatch:
+    if not isinstance(model, GeneratesBatch):
+        raise _cannot(what)
+    return model
+
+
+def _cannot(what: str) -> UsageError:
+    return UsageError(f"this model's backend cannot {what}", "use a GGUF or MLX model for this")
 
 
 class Backend(Protocol):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import BatchRequest, Done, Token
+from llmrun.backends.base import BatchRequest, Done, Token, batching
 from llmrun.engine.request import Request, Templates, choose_template, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
@@ -132,7 +132,9 @@ class Engine:
                     yield index, exc
                     continue
                 batch.append(BatchRequest(index, ids, request.params))
-            outcomes = entry.model.generate_batch(batch, parallel, n_ctx_seq)
+            outcomes = batching(entry.model, "decode several requests at once").generate_batch(
+                batch, parallel, n_ctx_seq
+            )
             try:
                 for outcome in outcomes:
                     if outcome.done is None:

@@ -98,4 +98,8 @@ def compare_rows(
 def compare(
     reference: LoadedModel, candidate: LoadedModel, ids: Sequence[int], progress: Progress | None = None
 ) -> Comparison:
-    return compare_rows(reference.position_logits(ids), candidate.position_logits(ids), ids, progress)
+    from llmrun.backends.base import with_logits
+
+    what = "give logits for every position (the quality report needs them)"
+    reference_rows = with_logits(reference, what).position_logits(ids)
+    return compare_rows(reference_rows, with_logits(candidate, what).position_logits(ids), ids, progress)
