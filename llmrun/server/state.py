@@ -79,7 +79,7 @@ class ServerState:
             found = self._served.get(name)
             if found is not None:
                 return found
-            if not operator:
+            if not operator and name not in self.config.models:  # -m names stay servable once unloaded
                 _check_client_name(name)
             served = self._load(name)
             self._served[name] = served
@@ -99,7 +99,7 @@ class ServerState:
             found = self._embeddings.get(name)
             if found is not None:
                 return found
-            if not operator:
+            if not operator and name not in self.config.models:  # -m names stay servable once unloaded
                 _check_client_name(name)
             model = embedding_model(load_registry(), name)
             loaded = Embedding(model.name, model.open())

@@ -1,0 +1,101 @@
+"""`llmrun serve` one request at a time (--parallel 1), with --keep-alive, stopped with SIGTERM;
+and the command's refusals, which need no model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import interruptible, invoke, llmrun
+from tests.server.test_openai import QUESTION, _free_port
+
+pytestmark = pytest.mark.slow
+ONE_AT_A_TIME = ["--parallel", "1", "--ctx", "1024", "--keep-alive", "1s"]
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(
+    smollm: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    home = tmp_path_factory.mktemp("serve1")
+    env = {
+        **os.environ,
+        "LLMRUN_HOME": str(home / "llmrun"),
+        "LLMRUN_CONFIG_DIR": str(home / "config"),
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("LLMRUN_API_KEY", None)
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", "serve", "-m", str(smollm), "--port", str(port), *ONE_AT_A_TIME],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=interruptible,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    yield url, process
+    if process.poll() is None:
+        process.kill()
+
+
+def test_greedy_at_parallel_1_equals_llmrun_run_and_idle_models_unload(
+    one_at_a_time: tuple[str, subprocess.Popen[str]], smollm: Path
+) -> None:
+    url, _ = one_at_a_time
+    body = {
+        "model": str(smollm),
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    answer = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+    result = llmrun(["run", "-m", str(smollm), "-t", "0", "-n", "24", "--json", QUESTION])
+    assert result.returncode == 0, result.stderr
+    assert answer["choices"][0]["message"]["content"] == json.loads(result.stdout)["text"]
+    deadline = time.monotonic() + 20  # --keep-alive 1s; the server looks every 5 s
+    while httpx.get(url + "/health").json()["models"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert httpx.get(url + "/health").json()["models"] == []
+    again = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()  # loaded again on demand
+    assert again["choices"][0]["message"]["content"] == answer["choices"][0]["message"]["content"]
+
+
+def test_sigterm_stops_it_cleanly(one_at_a_time: tuple[str, subprocess.Popen[str]]) -> None:
+    _, process = one_at_a_time
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert "Traceback" not in (process.stderr.read() if process.stderr else "")
+
+
+def test_an_open_bind_needs_a_key_and_bad_options_are_one_line(tmp_path: Path) -> None:
+    code, _, err = invoke(["serve", "--host", "0.0.0.0"])
+    assert code == 2 and "no API key" in err and "--no-auth" in err
+    code, _, err = invoke(["serve", "--keep-alive", "soon"])
+    assert code == 2 and "not a duration" in err
+    code, _, err = invoke(["serve", "--api-key", "short"])
+    assert code == 2 and "at least 8 characters" in err
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    code, _, err = invoke(["serve", "--api-key-file", str(empty)])
+    assert code == 2 and "is empty" in err
+    code, _, err = invoke(["serve", "-m", "no-such-model"])
+    assert code != 0 and "unknown model" in err and "Traceback" not in err
