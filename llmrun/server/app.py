@@ -100,30 +100,28 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        names = {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(state.config.models)
-        return {"object": "list", "data": [_model_card(name) for name in sorted(names)]}
+        return {"object": "list", "data": [_model_card(name) for name in state.names()]}
 
     @app.get("/v1/models/{name:path}")
     async def model(name: str) -> dict[str, Any]:
-        if name not in {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(
-            state.config.models
-        ):
+        if name not in state.names():
             raise ApiError(404, f"model {name!r} is not served here", param="model", code="model_not_found")
         return _model_card(name)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
+    async def text(request: Request, *, chat: bool) -> Response:
         body = await _json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
-        call = api.parse_chat(body, served.defaults, _limits(state, served))
-        return await _complete(request, served, call, metrics, chat=True)
+        parse = api.parse_chat if chat else api.parse_completion
+        call = parse(body, served.defaults, api.Limits(max_tokens=served.n_ctx, max_n=state.config.max_n))
+        return await _complete(request, served, call, metrics, chat=chat)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await text(request, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await _json_body(request, state.config.max_body_bytes)
-        served = await _served(state, body)
-        call = api.parse_completion(body, served.defaults, _limits(state, served))
-        return await _complete(request, served, call, metrics, chat=False)
+        return await text(request, chat=False)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
@@ -175,8 +173,7 @@ def _model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
         return ApiError(503, f"model {name!r} cannot be loaded now: {exc.message}", code="insufficient_memory")
     if isinstance(exc, UsageError) and not isinstance(exc, ModelNotFound):
         return ApiError(400, exc.message, param="model", code="model_not_supported")
-    names = {s.name for s in state.served()} | {e.name for e in state.embeddings()} | set(state.config.models)
-    message = f"{exc.message}; this server runs: {', '.join(sorted(names)) or 'none'}"
+    message = f"{exc.message}; this server runs: {', '.join(state.names()) or 'none'}"
     return ApiError(404, message, param="model", code="model_not_found")
 
 
@@ -241,10 +238,6 @@ async def _served(state: ServerState, body: Any) -> Served:
         return await run_in_threadpool(state.get, name)
     except LlmrunError as exc:
         raise _model_error(state, name, exc) from None
-
-
-def _limits(state: ServerState, served: Served) -> api.Limits:
-    return api.Limits(max_tokens=served.n_ctx, max_n=state.config.max_n)
 
 
 def _model_card(name: str) -> dict[str, Any]:

@@ -86,6 +86,11 @@ class ServerState:
             self._served[served.name] = served
             return served
 
+    def names(self) -> list[str]:
+        """Every model name this server answers to now or will load: what /v1/models lists."""
+        loaded = {s.name for s in self.served()} | {e.name for e in self.embeddings()}
+        return sorted(loaded | set(self.config.models))
+
     def embeddings(self) -> list[Embedding]:
         with self._lock:
             return list({id(e): e for e in self._embeddings.values()}.values())

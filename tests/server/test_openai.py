@@ -7,11 +7,8 @@ test stops it with SIGINT while a stream is in flight.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import interruptible, llmrun
+from tests.helpers import llmrun
+from tests.server import serving
 
 pytestmark = pytest.mark.slow
 
@@ -51,47 +49,11 @@ class Server:
         return httpx.post(self.url + path, content=content, headers=headers, timeout=120)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(smollm: Path, minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp("serve")
-    env = {
-        **os.environ,
-        "LLMRUN_HOME": str(home / "llmrun"),
-        "LLMRUN_CONFIG_DIR": str(home / "config"),
-        "HF_HOME": str(home / "hf"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    env.pop("LLMRUN_API_KEY", None)
-    port = _free_port()
-    args = ["serve", "-m", str(smollm), "-m", str(minilm), "--port", str(port), "--parallel", "4", "--ctx", "1024"]
-    args += ["--api-key", KEY]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llmrun", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=interruptible,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited: {process.stderr.read() if process.stderr else ''}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail("the server did not answer /health within 120 s")
+    env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
+    args = ["-m", str(smollm), "-m", str(minilm), "--parallel", "4", "--ctx", "1024", "--api-key", KEY]
+    url, process = serving.start(args, env)
     yield Server(url, process, str(smollm), env, str(minilm))
     if process.poll() is None:
         process.send_signal(signal.SIGINT)

@@ -4,10 +4,8 @@ and the command's refusals, which need no model."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import interruptible, invoke, llmrun
-from tests.server.test_openai import QUESTION, _free_port
+from tests.helpers import invoke, llmrun
+from tests.server import serving
+from tests.server.test_openai import QUESTION
 
 pytestmark = pytest.mark.slow
 ONE_AT_A_TIME = ["--parallel", "1", "--ctx", "1024", "--keep-alive", "1s"]
@@ -26,32 +25,9 @@ ONE_AT_A_TIME = ["--parallel", "1", "--ctx", "1024", "--keep-alive", "1s"]
 def one_at_a_time(
     smollm: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    home = tmp_path_factory.mktemp("serve1")
-    env = {
-        **os.environ,
-        "LLMRUN_HOME": str(home / "llmrun"),
-        "LLMRUN_CONFIG_DIR": str(home / "config"),
-        "HF_HOME": str(home / "hf"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    env.pop("LLMRUN_API_KEY", None)
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llmrun", "serve", "-m", str(smollm), "--port", str(port), *ONE_AT_A_TIME],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=interruptible,
+    url, process = serving.start(
+        ["-m", str(smollm), *ONE_AT_A_TIME], serving.hermetic_env(tmp_path_factory.mktemp("s1"))
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
     yield url, process
     if process.poll() is None:
         process.kill()

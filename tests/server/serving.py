@@ -1,0 +1,58 @@
+"""Starting a real `llmrun serve` process for a test module: a free port, a hermetic home, /health."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import interruptible
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def hermetic_env(home: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "LLMRUN_HOME": str(home / "llmrun"),
+        "LLMRUN_CONFIG_DIR": str(home / "config"),
+        "HF_HOME": str(home / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("LLMRUN_API_KEY", None)
+    return env
+
+
+def start(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[str, subprocess.Popen[str]]:
+    """``llmrun serve ARGS --port N`` in the background; its URL once /health answers."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", "serve", *args, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=interruptible,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the server exited: {process.stderr.read() if process.stderr else ''}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return url, process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    pytest.fail(f"the server did not answer /health within {timeout:.0f} s")
