@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import signal
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,7 +13,7 @@ from llmrun.cli import options as o
 from llmrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from llmrun.server.state import ServerConfig, ServerState
+    from llmrun.server.state import ServerConfig
 
 SERVER = "Server"
 KEY_ENV = "LLMRUN_API_KEY"
@@ -164,19 +162,13 @@ def _duration(text: str) -> float | None:
 
 
 def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None:
-    import asyncio
-
-    import uvicorn
-
     from llmrun.cli import render
-    from llmrun.server.app import create_app
-    from llmrun.server.state import ServerState
+    from llmrun.server.run import run
+    from llmrun.server.state import Served, ServerState
 
     state = ServerState(config)
     with render.status("Loading…"):
         served = state.load_at_start() if config.models else [state.get(_default_name(), operator=True)]
-    from llmrun.server.state import Served
-
     for s in served:
         if not isinstance(s, Served):
             render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
@@ -187,29 +179,9 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
         render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
-    app = create_app(state)
-    web = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-    server = _server(web, state)
     render.note(f"listening on http://{_shown_host(host)}:{port}/v1 (Ctrl-C stops)")
-    # uvicorn handles SIGINT/SIGTERM itself, then raises the signal again once it has shut down:
-    # a stop asked for is a clean exit (0), not an interruption
-    previous = signal.signal(signal.SIGTERM, _stopped)
-    try:
-        asyncio.run(server.serve())
-    except (KeyboardInterrupt, _Stop):
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        state.close()
+    run(state, host, port)
     render.note("stopped")
-
-
-class _Stop(Exception):
-    pass
-
-
-def _stopped(signum: int, frame: Any) -> None:
-    raise _Stop
 
 
 def _default_name() -> str:
@@ -220,19 +192,3 @@ def _default_name() -> str:
 
 def _shown_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _server(config: Any, state: ServerState) -> Any:
-    """uvicorn's server, stopping the schedulers first on SIGINT/SIGTERM, so that streams in
-    flight end with an error event instead of holding the shutdown."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            # not in the signal handler itself: it may have interrupted this thread while it holds a lock
-            if not state.closing:
-                state.closing = True
-                threading.Thread(target=state.close, name="llmrun shutdown", daemon=True).start()
-            super().handle_exit(sig, frame)
-
-    return Server(config)

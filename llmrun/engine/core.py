@@ -39,19 +39,17 @@ class LoadedEntry:
 
 
 class Engine:
-    """Loaded models by name. ``keep_alive`` seconds (None: forever) after its last request a
-    model is unloaded by :meth:`expire`; ``template`` names a built-in template for conversations."""
+    """Loaded models by name, kept until :meth:`unload` (the server unloads idle ones after stopping
+    their schedulers: ``ServerState.expire``); ``template`` names a built-in template for conversations."""
 
     def __init__(
         self,
         *,
-        keep_alive: float | None = None,
         template: str | None = None,
         loader: Callable[[RunPlan], LoadedModel] | None = None,
     ) -> None:
         from llmrun.pipeline import load
 
-        self.keep_alive = keep_alive
         self._template = template
         self._loader = loader or load
         self._entries: dict[str, LoadedEntry] = {}
@@ -85,14 +83,6 @@ class Engine:
         with entry.lock:
             entry.model.close()
         return True
-
-    def expire(self, now: float | None = None) -> list[str]:
-        """Unload models idle for longer than ``keep_alive``; their names."""
-        if self.keep_alive is None:
-            return []
-        now = time.monotonic() if now is None else now
-        idle = [e.name for e in self.loaded() if now - e.last_used > self.keep_alive and not e.lock.locked()]
-        return [name for name in idle if self.unload(name)]
 
     def close(self) -> None:
         for entry in self.loaded():

@@ -60,7 +60,7 @@ class Served:
 class ServerState:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.engine = Engine(keep_alive=config.keep_alive)
+        self.engine = Engine()
         self._served: dict[str, Served] = {}  # by every name it answers to
         self._embeddings: dict[str, Embedding] = {}
         self._lock = threading.Lock()
