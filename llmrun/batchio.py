@@ -109,7 +109,7 @@ def finished_ids(path: Path) -> set[str]:
             ids.add(str(json.loads(line)["id"]))
         except (ValueError, KeyError, TypeError):
             raise UsageError(
-                f"{path}:{number} is not a batch result line", "--resume needs the output of an earlier batch run"
+                f"{path}:{number} is not a batch result line", "`resume` needs the output of an earlier batch run"
             ) from None
     return ids
 

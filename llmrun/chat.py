@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmrun.backends.base import Done, GenerationStats, LoadedModel, Token
-from llmrun.errors import InvalidParameter, LlmrunError, StoreError, UsageError
+from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
 from llmrun.pipeline import conversation_ids
 from llmrun.sampling import SamplingParams
 from llmrun.store import SAFE_NAME, atomic_write_text
@@ -29,10 +29,6 @@ OnOverflow = Literal["drop", "error"]
 SAVE_VERSION = 1
 MAX_SAVED_BYTES = 8 * 1024 * 1024
 PARAM_ALIASES = {"t": "temperature", "temp": "temperature", "n": "max_tokens", "ctx": "n_ctx"}
-
-
-class ContextFull(LlmrunError):
-    """The next turn cannot fit in the context."""
 
 
 @dataclass
@@ -117,13 +113,13 @@ class ChatSession:
                 raise ContextFull(
                     f"the conversation is {len(ids)} tokens and the answer needs room for {self._reserve()}, "
                     f"but the context holds {self.n_ctx}",
-                    "/clear to start over, lower max_tokens with /set, or restart with a larger --ctx",
+                    "/clear to start over, lower max_tokens with /set, or restart with a larger `n_ctx`",
                 )
             if len(self.turns) <= 1:
                 raise ContextFull(
                     f"your message alone is {len(ids)} tokens; with room for the answer it does not fit "
                     f"the {self.n_ctx}-token context",
-                    "shorten it, lower max_tokens with /set, or restart with a larger --ctx",
+                    "shorten it, lower max_tokens with /set, or restart with a larger `n_ctx`",
                 )
             del self.turns[0]
             if self.turns and self.turns[0].role == "assistant" and len(self.turns) > 1:
@@ -165,7 +161,7 @@ class ChatSession:
         try:
             self.params = dataclasses.replace(self.params, **{key: parsed})
         except InvalidParameter as exc:
-            raise exc.for_flag(f"/set {key}") from None
+            raise UsageError(*exc.worded({key: f"/set {key}"})) from None
         return key, getattr(self.params, key)
 
     # --- files ------------------------------------------------------------------

@@ -185,7 +185,7 @@ def diagnose(facts: Facts) -> list[Problem]:
         problems.append(
             Problem(
                 f"only {facts.memory_available / 1024**3:.1f} GiB of memory available",
-                "close other programs; smaller models or a shorter --ctx also help",
+                "close other programs; smaller models or a shorter `n_ctx` also help",
             )
         )
     if facts.registry_error:

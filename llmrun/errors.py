@@ -4,9 +4,29 @@ Every failure a user can cause or meet ends up as one :class:`LlmrunError`:
 a one-line ``message`` saying what is wrong, a ``hint`` saying what to do, and
 the process ``exit_code``. The CLI prints exactly these two lines; anything else
 that escapes is a bug and is reported as such (with the traceback under --debug).
+
+Core code names a parameter in backticks, by its field name (`n_ctx`, `temperature`),
+never by a command-line flag: each adapter words it its own way through :func:`word`
+(the CLI as ``--ctx``, the server as its JSON field or the operator's option).
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+_MENTION = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def word(text: str, words: Mapping[str, str]) -> str:
+    """``text`` with each parameter it mentions in an adapter's words; a name the adapter
+    does not know is left as it is."""
+    return _MENTION.sub(lambda m: words.get(m.group(1), m.group(0)), text)
+
+
+def mentions(text: str) -> set[str]:
+    """The parameter names ``text`` mentions."""
+    return set(_MENTION.findall(text))
 
 
 class LlmrunError(Exception):
@@ -22,6 +42,10 @@ class LlmrunError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def worded(self, words: Mapping[str, str]) -> tuple[str, str]:
+        """The message and the hint in an adapter's words."""
+        return word(self.message, words), word(self.hint, words)
+
 
 class UsageError(LlmrunError):
     """A bad flag value or argument (exit code 2, like click's usage errors)."""
@@ -32,18 +56,23 @@ class UsageError(LlmrunError):
 class InvalidParameter(UsageError):
     """A sampling or load parameter outside its valid range.
 
-    ``name`` is the field name (``top_p``); the CLI maps it to the flag that set it.
+    ``name`` is the field name (``top_p``); each adapter words it as what set it
+    (``--top-p``, ``/set top_p``, the JSON field ``top_p``).
     """
 
     def __init__(self, name: str, value: object, expected: str) -> None:
         self.name = name
         self.value = value
         self.expected = expected
-        super().__init__(f"{name} must be {expected}, got {value!r}")
+        super().__init__(f"`{name}` must be {expected}, got {value!r}")
 
-    def for_flag(self, flag: str) -> UsageError:
-        """The same error, worded for the flag (or slash command) that set it."""
-        return UsageError(f"{flag} must be {self.expected}, got {self.value!r}", self.hint)
+
+class ContextFull(UsageError):
+    """A prompt (with the room its answer needs) that does not fit the context."""
+
+
+class ShuttingDown(LlmrunError):
+    """A request refused or ended because the engine is stopping."""
 
 
 class ConfigError(LlmrunError):

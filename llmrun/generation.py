@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats, Token
-from llmrun.errors import UsageError
+from llmrun.errors import ContextFull
 from llmrun.sampling import SamplingParams, log_softmax, top_indices
 from llmrun.textstream import StopMatcher, Utf8Stream
 
@@ -38,9 +38,9 @@ def token_budget(prompt_tokens: int, n_ctx: int, params: SamplingParams) -> tupl
     """How many tokens may be generated, and the reason generation ends when they are."""
     room = n_ctx - prompt_tokens
     if room < 1:
-        raise UsageError(
+        raise ContextFull(
             f"the prompt is {prompt_tokens} tokens but the context holds {n_ctx}",
-            "shorten the prompt or raise --ctx",
+            "shorten the prompt or raise `n_ctx`",
         )
     if params.max_tokens == -1 or params.max_tokens > room:
         return room, "context"

@@ -168,5 +168,5 @@ def _translate(exc: Exception, repo: str, name: str | None = None) -> LlmrunErro
         return HubError(f"{repo} is gated", "accept its licence on the Hub and set HF_TOKEN")
     return HubError(
         f"reaching the Hub for {what} failed: {kind}: {exc}".splitlines()[0],
-        "check the network and retry; --offline runs models already downloaded",
+        "check the network and retry; `offline` runs models already downloaded",
     )

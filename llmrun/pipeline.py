@@ -54,6 +54,7 @@ def locate(
         name, source = model_name, COMMAND_LINE
     else:
         name, source = default_model_name(registry)
+    select.check_requested(backend)  # about the flag, not the model
     try:
         ref = ModelRef.parse(name)
         choice = select.choose_for(backend, name, ref, registry, here)
@@ -70,7 +71,7 @@ def locate(
 
 def _gguf_header(path: Path) -> GgufHeader:
     if path.is_dir():
-        raise ModelFileError(f"{path} is a directory, not a GGUF file", "for an MLX model directory use --backend mlx")
+        raise ModelFileError(f"{path} is a directory, not a GGUF file", "for an MLX model directory use `backend` mlx")
     return read_header(path)
 
 
@@ -127,7 +128,7 @@ def plan_run(
         )
     if located.backend.backend == "gguf" and load_flags.get("max_kv_size") is not None:
         raise UsageError(
-            "--max-kv-size is MLX's rotating KV cache; llama.cpp's KV cache is sized by --ctx", "use --ctx N"
+            "`max_kv_size` is MLX's rotating KV cache; llama.cpp's KV cache is sized by `n_ctx`", "use `n_ctx` N"
         )
     entry = resolved.entry
     sampling, sources = merge_layers(
@@ -148,7 +149,7 @@ def plan_run(
     warnings: list[str] = []
     if geom and load.n_ctx > geom.context_train:
         warnings.append(
-            f"--ctx {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
+            f"`n_ctx` {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
             "expect worse output past that point"
         )
     if located.backend.backend == "mlx":
@@ -170,8 +171,8 @@ def plan_run(
             f"but {format_bytes(available)} is available"
         )
         if not force:
-            raise InsufficientMemory(message, "lower --ctx, or pass --force to try anyway")
-        warnings.append(message + "; loading anyway (--force)")
+            raise InsufficientMemory(message, "lower `n_ctx`, or pass `force` to try anyway")
+        warnings.append(message + "; loading anyway (`force`)")
     return RunPlan(
         resolved,
         model_source,
@@ -197,19 +198,19 @@ def mlx_warnings(
             "(mlx's CPU quantized kernels are slow and inexact); memory use is that of the 16-bit model"
         )
     if sources.get("n_threads") == COMMAND_LINE:
-        warnings.append("--threads is ignored by the MLX backend (MLX schedules its own threads)")
+        warnings.append("`n_threads` is ignored by the MLX backend (MLX schedules its own threads)")
     if sources.get("n_gpu_layers") == COMMAND_LINE:
-        warnings.append("--gpu-layers is ignored by the MLX backend (it places the whole model on its device)")
+        warnings.append("`n_gpu_layers` is ignored by the MLX backend (it places the whole model on its device)")
     if load.kv_type != "f16" and load.max_kv_size:
-        warnings.append("--kv-bits is not applied with --max-kv-size: mlx-lm cannot quantize a rotating cache")
+        warnings.append("`kv_type` is not applied with `max_kv_size`: mlx-lm cannot quantize a rotating cache")
     elif load.kv_type != "f16" and geom and geom.n_swa_layers:
         warnings.append(
-            f"--kv-bits: mlx-lm cannot quantize a sliding-window cache, so {geom.n_swa_layers} of "
+            f"`kv_type`: mlx-lm cannot quantize a sliding-window cache, so {geom.n_swa_layers} of "
             f"{geom.n_layers} layers keep a 16-bit KV cache"
         )
     if load.max_kv_size and geom and geom.n_swa_layers and load.max_kv_size < geom.sliding_window:
         warnings.append(
-            f"--max-kv-size {load.max_kv_size} applies to the {geom.n_layers - geom.n_swa_layers} global layers; "
+            f"`max_kv_size` {load.max_kv_size} applies to the {geom.n_layers - geom.n_swa_layers} global layers; "
             f"sliding-window layers keep their {geom.sliding_window}-token window"
         )
     return warnings
@@ -233,8 +234,8 @@ def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, f
         f"but {format_bytes(available)} is available"
     )
     if not force:
-        raise InsufficientMemory(message, "lower --parallel or --ctx, or pass --force")
-    return message + "; going ahead (--force)"
+        raise InsufficientMemory(message, "lower `parallel` or `n_ctx`, or pass `force`")
+    return message + "; going ahead (`force`)"
 
 
 def load(run_plan: RunPlan) -> LoadedModel:

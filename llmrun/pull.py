@@ -86,7 +86,7 @@ def _pull(
     if hub.offline():
         raise ModelNotFound(
             f"{key} is not downloaded and llmrun is offline",
-            "pull it while online (without --offline or HF_HUB_OFFLINE=1)",
+            "pull it while online (without `offline` or HF_HUB_OFFLINE=1)",
         )
     commit, remote = hub.list_files(repo, revision)
     chosen, why = pick(remote)

@@ -19,6 +19,7 @@ from llmrun.errors import TemplateError
 
 MAX_OUTPUT_CHARS = 1_000_000
 MAX_RENDER_SECONDS = 2.0
+PLAIN_PROMPT = "pass the prompt as plain text (`raw`)"  # the hint for a template that cannot be used
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,23 +101,23 @@ def render_text(
             if size > MAX_OUTPUT_CHARS:
                 raise TemplateError(
                     f"the chat template produced more than {MAX_OUTPUT_CHARS:,} characters",
-                    "the template is broken or hostile; use --raw",
+                    "the template is broken or hostile; " + PLAIN_PROMPT,
                 )
             if time.monotonic() - started > MAX_RENDER_SECONDS:
                 raise TemplateError(
                     f"the chat template took more than {MAX_RENDER_SECONDS:.0f} s to render",
-                    "the template is broken or hostile; use --raw",
+                    "the template is broken or hostile; " + PLAIN_PROMPT,
                 )
             out.append(chunk)
         return "".join(out)
     except TemplateError:
         raise
     except SecurityError as exc:
-        raise TemplateError(f"the chat template tried something unsafe: {exc}", "use --raw") from exc
+        raise TemplateError(f"the chat template tried something unsafe: {exc}", PLAIN_PROMPT) from exc
     except (JinjaError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-        raise TemplateError(f"the chat template failed to render: {exc}", "use --raw") from exc
+        raise TemplateError(f"the chat template failed to render: {exc}", PLAIN_PROMPT) from exc
     except (RecursionError, OverflowError, MemoryError) as exc:
-        raise TemplateError(f"the chat template failed to render: {type(exc).__name__}", "use --raw") from exc
+        raise TemplateError(f"the chat template failed to render: {type(exc).__name__}", PLAIN_PROMPT) from exc
 
 
 def render(
@@ -145,7 +146,7 @@ def render(
     if position < len(text):
         segments.append(Segment(text[position:], True))
     if any("\ue000" + nonce in s.text for s in segments if s.special):
-        raise TemplateError("the chat template altered message contents", "use --raw")
+        raise TemplateError("the chat template altered message contents", PLAIN_PROMPT)
     return segments
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from llmrun.errors import InvalidParameter, UsageError
+from llmrun.errors import InvalidParameter, LlmrunError, UsageError
 from llmrun.sampling import SamplingParams
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class BatchRequest:
 class BatchOutcome:
     index: int
     done: Done | None  # None when the request failed
-    error: str | None = None
+    error: LlmrunError | None = None
 
 
 class LoadedModel(Protocol):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
-from llmrun.errors import BackendError
+from llmrun.errors import BackendError, ContextFull
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
 
@@ -190,9 +190,9 @@ class GgufModel:
 
     def eval(self, ids: Sequence[int]) -> None:
         if self.llama.n_tokens + len(ids) > self.n_ctx:
-            raise BackendError(
+            raise ContextFull(
                 f"{self.llama.n_tokens + len(ids)} tokens do not fit in the context of {self.n_ctx}",
-                "raise --ctx",
+                "raise `n_ctx`",
             )
         self.llama.eval(list(ids))
 
@@ -211,7 +211,7 @@ class GgufModel:
         import numpy as np
 
         if len(ids) > self.n_ctx:
-            raise BackendError(f"{len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise --ctx")
+            raise ContextFull(f"{len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise `n_ctx`")
         n_vocab = int(self.llama.n_vocab())
         chunk = max(1, min(chunk, self.llama.n_batch))
         self.reset()
@@ -266,6 +266,6 @@ class GgufBackend:
             raise BackendError(
                 f"llama.cpp could not load {path.name}: {exc}",
                 "the file may be corrupt or use an architecture this llama.cpp build does not know; "
-                "try --debug, or update llama-cpp-python",
+                "try `debug`, or update llama-cpp-python",
             ) from exc
         return GgufModel(llama, path, params)

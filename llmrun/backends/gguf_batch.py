@@ -99,7 +99,7 @@ class BatchDecoder:
     def active(self) -> bool:
         return any(self._slots)
 
-    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None:
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
         """Start ``request`` in a free slot; the reason when it cannot run (its prompt does not fit)."""
         seq = self._slots.index(None)
         seed = request.params.run_seed()
@@ -113,7 +113,7 @@ class BatchDecoder:
                 seed=seed,
             )
         except LlmrunError as exc:
-            return exc.message
+            return exc
         self._ctx.kv_cache_seq_rm(seq, -1, -1)
         window = self.n_ctx_seq if request.params.repeat_last_n == -1 else request.params.repeat_last_n
         sampler = sampler_chain(request.params, seed or 0, self._n_vocab, window)

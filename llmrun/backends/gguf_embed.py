@@ -42,7 +42,7 @@ class GgufEmbedder:
         try:
             vectors = self._llama.embed(list(texts), normalize=True, truncate=True)
         except (RuntimeError, ValueError) as exc:
-            raise BackendError(f"llama.cpp could not embed the text: {exc}", "try --debug") from exc
+            raise BackendError(f"llama.cpp could not embed the text: {exc}", "try `debug`") from exc
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dimension)
 
     def close(self) -> None:
@@ -73,6 +73,6 @@ def load_embedder(path: Path, context: int, n_threads: int) -> GgufEmbedder:
     except (ValueError, RuntimeError, OSError) as exc:
         raise BackendError(
             f"llama.cpp could not load {path.name} as an embedding model: {exc}",
-            "the file may be corrupt; try --debug",
+            "the file may be corrupt; try `debug`",
         ) from exc
     return GgufEmbedder(llama, path)

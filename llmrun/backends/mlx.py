@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
-from llmrun.errors import BackendError
+from llmrun.errors import BackendError, ContextFull
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
 
@@ -218,8 +218,8 @@ class MlxModel:
         if self._cache is None:
             self.reset()
         if len(self._held) + len(ids) > self.n_ctx:
-            raise BackendError(
-                f"{len(self._held) + len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise --ctx"
+            raise ContextFull(
+                f"{len(self._held) + len(ids)} tokens do not fit in the context of {self.n_ctx}", "raise `n_ctx`"
             )
         for out in self._forward(ids):
             mx.eval(out)
@@ -313,7 +313,7 @@ class MlxModel:
                     if isinstance(event, Done):
                         done = event
             except BackendError as exc:
-                yield BatchOutcome(request.index, None, exc.message)
+                yield BatchOutcome(request.index, None, exc)
                 continue
             yield BatchOutcome(request.index, done)
 
@@ -377,6 +377,6 @@ class MlxBackend:
         except (ValueError, FileNotFoundError, OSError, KeyError) as exc:
             raise BackendError(
                 f"mlx-lm could not load {path.name}: {exc}",
-                "the directory may be incomplete or of an architecture this mlx-lm does not know; try --debug",
+                "the directory may be incomplete or of an architecture this mlx-lm does not know; try `debug`",
             ) from exc
         return MlxModel(model, tokenizer, config, path, params)

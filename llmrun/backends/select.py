@@ -66,14 +66,18 @@ def forms(ref: ModelRef, registry: Registry, made_here: Format | None = None) ->
     return ModelForms(None, bool(entry.embedded or entry.gguf), bool(entry.mlx))
 
 
-def choose(requested: str, name: str, model: ModelForms, here: Platform) -> Choice:
+def check_requested(requested: str) -> None:
     if requested not in BACKEND_CHOICES:
-        raise UsageError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}, got {requested!r}")
+        raise UsageError(f"`backend` must be one of {', '.join(BACKEND_CHOICES)}, got {requested!r}")
+
+
+def choose(requested: str, name: str, model: ModelForms, here: Platform) -> Choice:
+    check_requested(requested)
     if requested == "gguf":
         if not model.gguf:
-            hint = "use --backend mlx (or auto)" if model.mlx else "check the name"
+            hint = "use `backend` mlx (or auto)" if model.mlx else "check the name"
             raise UsageError(f"{name} has no GGUF form for the gguf backend", hint)
-        return Choice("gguf", "--backend gguf")
+        return Choice("gguf", "requested")
     if requested == "mlx":
         if not model.mlx:
             raise UsageError(
@@ -83,7 +87,7 @@ def choose(requested: str, name: str, model: ModelForms, here: Platform) -> Choi
                 else "check the name",
             )
         _need_mlx(here)
-        return Choice("mlx", "--backend mlx")
+        return Choice("mlx", "requested")
     if model.local == "mlx":
         _need_mlx(here)
         return Choice("mlx", "auto: the model is an MLX directory")

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 import typer
 
 from llmrun.cli import options as o
-from llmrun.errors import InvalidParameter, UsageError
+from llmrun.errors import InvalidParameter, UsageError, word
 
 if TYPE_CHECKING:
     from llmrun.batchio import Item, OrderedWriter
@@ -143,7 +143,8 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, system: str | None
         try:
             params = dataclasses.replace(run_plan.sampling, **item.overrides)
         except (InvalidParameter, TypeError) as exc:
-            render.warn(f"line {item.line} (id {item.id}): {getattr(exc, 'message', exc)}; skipped")
+            fields = {name: name for name in item.overrides}  # named as the line names them, not as flags
+            render.warn(f"line {item.line} (id {item.id}): {word(str(exc), fields)}; skipped")
             writer.add(item.id, None)
             continue
         if item.prompt is not None:

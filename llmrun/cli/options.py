@@ -13,31 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
-from llmrun.errors import InvalidParameter, UsageError
+from llmrun.cli.flags import FLAGS
+from llmrun.errors import UsageError
 from llmrun.sampling import DEFAULTS, SamplingParams
 
 SAMPLING = "Sampling"
 LOADING = "Model and context"
 OUTPUT = "Output"
 
-FLAG_FOR_FIELD = {
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "min_p": "--min-p",
-    "repeat_penalty": "--repeat-penalty",
-    "repeat_last_n": "--repeat-last-n",
-    "presence_penalty": "--presence-penalty",
-    "frequency_penalty": "--frequency-penalty",
-    "seed": "--seed",
-    "max_tokens": "--max-tokens",
-    "stop": "--stop",
-    "n_ctx": "--ctx",
-    "n_threads": "--threads",
-    "n_gpu_layers": "--gpu-layers",
-    "kv_type": "--kv-bits",
-    "max_kv_size": "--max-kv-size",
-}
+FLAG_FOR_FIELD = FLAGS
 KV_BITS_TYPES = {4: "q4_0", 8: "q8_0", 16: "f16"}
 
 
@@ -53,11 +37,6 @@ def sampling_values(arguments: Mapping[str, Any]) -> dict[str, Any]:
     if "stop" in values:
         values["stop"] = values["stop"] or None  # an empty --stop list means "not given"
     return values
-
-
-def flag_error(exc: InvalidParameter) -> UsageError:
-    """An invalid value, worded for the flag that set it."""
-    return exc.for_flag(FLAG_FOR_FIELD.get(exc.name, exc.name))
 
 
 def _default(name: str) -> str:

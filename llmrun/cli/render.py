@@ -32,21 +32,29 @@ def out_console() -> Console:
 def error(message: str, hint: str = "") -> None:
     """One line: what is wrong, then what to do."""
     line = Text("error: ", style="bold red")
-    line.append(message)
+    line.append(_worded(message))
     if hint:
         line.append(" — ", style="dim")
-        line.append(hint, style="yellow")
+        line.append(_worded(hint), style="yellow")
     err_console().print(line)
 
 
 def warn(message: str) -> None:
     line = Text("warning: ", style="bold yellow")
-    line.append(message)
+    line.append(_worded(message))
     err_console().print(line)
 
 
 def note(message: str) -> None:
-    err_console().print(Text(message, style="dim"))
+    err_console().print(Text(_worded(message), style="dim"))
+
+
+def _worded(text: str) -> str:
+    """Parameters that core code names (`n_ctx`) as the flags that set them (--ctx)."""
+    from llmrun.cli.flags import FLAGS
+    from llmrun.errors import word
+
+    return word(text, FLAGS)
 
 
 class Status(Protocol):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.cli import options as o
-from llmrun.errors import InvalidParameter, UsageError
+from llmrun.errors import UsageError
 
 if TYPE_CHECKING:
     from llmrun.engine import Result
@@ -131,28 +131,25 @@ def run(
 def plan(
     model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool, backend: str = "auto"
 ) -> RunPlan:
-    """Plan a run behind a spinner; bad values are worded for their flags; warnings shown."""
+    """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import render
     from llmrun.config import load_registry
     from llmrun.pipeline import load_defaults, plan_run
     from llmrun.sysinfo import available_memory
 
     registry = load_registry()
-    try:
-        with render.download_progress() as progress:
-            run_plan = plan_run(
-                registry,
-                model,
-                sampling,
-                load_flags,
-                force=force,
-                available_memory=available_memory,
-                load_defaults=load_defaults,
-                progress=progress,
-                backend=backend,
-            )
-    except InvalidParameter as exc:
-        raise o.flag_error(exc) from None
+    with render.download_progress() as progress:
+        run_plan = plan_run(
+            registry,
+            model,
+            sampling,
+            load_flags,
+            force=force,
+            available_memory=available_memory,
+            load_defaults=load_defaults,
+            progress=progress,
+            backend=backend,
+        )
     for warning in run_plan.warnings:
         render.warn(warning)
     return run_plan

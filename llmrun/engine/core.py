@@ -128,7 +128,7 @@ class Engine:
             try:
                 for outcome in outcomes:
                     if outcome.done is None:
-                        yield outcome.index, LlmrunError(outcome.error or "the request failed")
+                        yield outcome.index, outcome.error or LlmrunError("the request failed")
                     else:
                         yield outcome.index, Result.of(outcome.done, formats[outcome.index])
             finally:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from llmrun.backends.base import BatchRequest, Done, Token
 from llmrun.engine.request import Request, request_ids
 from llmrun.engine.result import Result, TokenLogprob
-from llmrun.errors import LlmrunError
+from llmrun.errors import LlmrunError, ShuttingDown
 
 log = logging.getLogger("llmrun.scheduler")
 
@@ -48,7 +48,7 @@ class Decoder(Protocol):
     @property
     def active(self) -> bool: ...
 
-    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None: ...
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None: ...
 
     def step(self) -> list[tuple[int, Token | Done]]: ...
 
@@ -72,7 +72,7 @@ class SequentialDecoder:
     def active(self) -> bool:
         return self._current is not None
 
-    def admit(self, request: BatchRequest, logprobs: int = 0) -> str | None:
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
         self._current = (request.index, iter(self.model.stream(request.ids, request.params, logprobs=logprobs)))
         return None
 
@@ -197,7 +197,7 @@ class Scheduler:
             while self._next_step():
                 self._step()
         finally:
-            stopped = LlmrunError("the server is shutting down", "retry against another server")
+            stopped = ShuttingDown("the server is shutting down", "retry against another server")
             for ticket in [*self._waiting, *self._running.values()]:
                 if not ticket.cancelled:
                     ticket.sink(stopped)
@@ -222,7 +222,7 @@ class Scheduler:
                     BatchRequest(ticket.index, ticket.ids, ticket.request.params), ticket.request.logprobs
                 )
                 if error is not None:
-                    ticket.sink(LlmrunError(error))
+                    ticket.sink(error)
                 else:
                     self._running[ticket.index] = ticket
             return True

@@ -43,9 +43,9 @@ class Converted:
 
 def check_bits(bits: int, group_size: int) -> None:
     if bits not in MLX_BITS:
-        raise UsageError(f"--bits must be one of {', '.join(map(str, MLX_BITS))}, got {bits}", "")
+        raise UsageError(f"`bits` must be one of {', '.join(map(str, MLX_BITS))}, got {bits}", "")
     if group_size not in GROUP_SIZES:
-        raise UsageError(f"--group-size must be one of {', '.join(map(str, GROUP_SIZES))}, got {group_size}", "")
+        raise UsageError(f"`group_size` must be one of {', '.join(map(str, GROUP_SIZES))}, got {group_size}", "")
 
 
 # --- tensor names and values (pure given the gguf package) --------------------------
@@ -219,7 +219,7 @@ def _build_model(config: dict[str, Any], architecture: str, tensors: dict[str, A
     try:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
-        raise BackendError(f"mlx-lm did not accept the converted weights: {exc}", "report this with --debug") from exc
+        raise BackendError(f"mlx-lm did not accept the converted weights: {exc}", "report this with `debug`") from exc
     mx.eval(model.parameters())
     return model
 

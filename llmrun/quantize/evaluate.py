@@ -93,7 +93,7 @@ def text_ids(reference: LoadedModel, candidate: LoadedModel, text: str, max_toke
         )
     ids = ids[:max_tokens] if max_tokens else ids
     if len(ids) < 2:
-        raise UsageError("the evaluation text is too short: it needs at least two tokens", "pass a longer --text")
+        raise UsageError("the evaluation text is too short: it needs at least two tokens", "pass a longer `text`")
     return ids
 
 
@@ -114,7 +114,7 @@ def check_memory(reference: Side, candidate: Side, available: int) -> None:
         raise InsufficientMemory(
             f"comparing the two models needs about {format_bytes(needed)} (both are loaded at once) "
             f"but {format_bytes(available)} is available",
-            "skip the report with --no-eval, or run llmrun eval on a machine with more memory",
+            "skip the report with `no_eval`, or run llmrun eval on a machine with more memory",
         )
 
 

@@ -42,7 +42,7 @@ class Written:
 def float_type(name: str) -> str:
     upper = name.upper()
     if upper not in FLOAT_TYPES:
-        raise UsageError(f"--type must be one of {', '.join(t.lower() for t in FLOAT_TYPES)}, got {name!r}", "")
+        raise UsageError(f"`type` must be one of {', '.join(t.lower() for t in FLOAT_TYPES)}, got {name!r}", "")
     return upper
 
 

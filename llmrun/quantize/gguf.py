@@ -69,7 +69,7 @@ def quant_type(name: str | None, bits: int | None) -> QuantType:
             raise UsageError(f"unknown quantization type {name!r}", f"valid types: {', '.join(QUANT_TYPES)}")
         return QUANT_TYPES[upper]
     if bits is not None and bits not in BITS_TYPES:
-        raise UsageError(f"--bits must be 4 or 8, got {bits}", "or name a type with --type (e.g. Q5_K_M)")
+        raise UsageError(f"`bits` must be 4 or 8, got {bits}", "or name a type with `type` (e.g. Q5_K_M)")
     return QUANT_TYPES[BITS_TYPES[bits or 4]]
 
 
@@ -112,10 +112,10 @@ def quantize_gguf(
     if source_type not in UNQUANTIZED and not allow_requantize:
         raise UsageError(
             f"{source.name} is already quantized ({source_type}); quantizing it again loses more quality",
-            "start from an F16/BF16/F32 file (llmrun convert SRC --to gguf --type f16), or pass --allow-requantize",
+            "start from an F16/BF16/F32 file (llmrun convert SRC --to gguf --type f16), or pass `allow_requantize`",
         )
     if qtype.needs_imatrix and imatrix is None:
-        raise UsageError(f"{qtype.name} needs an importance matrix", "pass --imatrix FILE (made by llama-imatrix)")
+        raise UsageError(f"{qtype.name} needs an importance matrix", "pass `imatrix` FILE (made by llama-imatrix)")
     if imatrix is not None:
         from llmrun.quantize.imatrix import read_imatrix
 
@@ -157,4 +157,4 @@ def _run_worker(
     if process.returncode != 0:
         lines = [line.strip() for line in errors.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {process.returncode}"
-        raise BackendError(f"llama.cpp could not quantize {source.name}: {reason}", "run with --debug for details")
+        raise BackendError(f"llama.cpp could not quantize {source.name}: {reason}", "run with `debug` for details")

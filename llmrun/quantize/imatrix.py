@@ -23,7 +23,7 @@ Imatrix = dict[str, "npt.NDArray[np.float32]"]
 
 def read_imatrix(path: Path) -> Imatrix:
     if not path.is_file():
-        raise UsageError(f"importance matrix {path} does not exist", "check the --imatrix path")
+        raise UsageError(f"importance matrix {path} does not exist", "check the `imatrix` path")
     with path.open("rb") as handle:
         magic = handle.read(4)
     result = _read_gguf(path) if magic == b"GGUF" else _read_legacy(path)

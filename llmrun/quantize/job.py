@@ -114,13 +114,13 @@ def _stem(name: str) -> str:
 def target_format(request: Request, source: Source) -> str:
     fmt = request.format or ("gguf" if source.kind == "gguf" else "mlx")
     if fmt not in FORMATS:
-        raise UsageError(f"--format must be gguf or mlx, got {fmt!r}", "")
+        raise UsageError(f"`format` must be gguf or mlx, got {fmt!r}", "")
     if fmt == "mlx" and request.type is not None:
-        raise UsageError("--type names a GGUF quantization type", "for MLX use --bits 4 or 8 (and --group-size)")
+        raise UsageError("`type` names a GGUF quantization type", "for MLX use `bits` 4 or 8 (and `group_size`)")
     if fmt == "gguf" and request.group_size is not None:
-        raise UsageError("--group-size applies to MLX quantization", "for GGUF choose a type with --type")
+        raise UsageError("`group_size` applies to MLX quantization", "for GGUF choose a type with `type`")
     if fmt == "mlx" and (request.imatrix or request.allow_requantize):
-        raise UsageError("--imatrix and --allow-requantize apply to GGUF quantization", "drop them for --format mlx")
+        raise UsageError("`imatrix` and `allow_requantize` apply to GGUF quantization", "drop them for `format` mlx")
     return fmt
 
 
@@ -133,14 +133,14 @@ def store_name(name: str | None, default: str, registry: Registry, force: bool) 
     chosen = (name or re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9._:-]+", "-", default.lower())).strip("-.")).strip()
     ref = ModelRef.parse(chosen)
     if ref.kind != "alias":
-        raise UsageError(f"--name {chosen!r} is not a model name", "use letters, digits, '.', '_', '-' and one ':'")
+        raise UsageError(f"`name` {chosen!r} is not a model name", "use letters, digits, '.', '_', '-' and one ':'")
     if registry.get(ref.name) is not None:
-        raise UsageError(f"{ref.name} is a model in models.toml", "choose another --name")
+        raise UsageError(f"{ref.name} is a model in models.toml", "choose another `name`")
     existing = read_index().get(ref.name)
     if existing is not None and existing.get("origin") != LOCAL:
-        raise UsageError(f"{ref.name} is a pulled model in the local store", "choose another --name")
+        raise UsageError(f"{ref.name} is a pulled model in the local store", "choose another `name`")
     if existing is not None and not force:
-        raise UsageError(f"{ref.name} is already in the local store", "choose another --name, or pass --force")
+        raise UsageError(f"{ref.name} is already in the local store", "choose another `name`, or pass `force`")
     return ref.name
 
 
@@ -223,7 +223,7 @@ def _write(
         from llmrun.quantize.convert import gguf_to_mlx
 
         if bits not in (4, 8):
-            raise UsageError(f"--bits must be 4 or 8, got {bits}", "for a 16-bit MLX model use llmrun convert")
+            raise UsageError(f"`bits` must be 4 or 8, got {bits}", "for a 16-bit MLX model use llmrun convert")
         converted = gguf_to_mlx(source.path, dest, bits=bits, group_size=group, force=request.force, progress=progress)
         return Outcome(name, dest, fmt, tag, source, reference, converted.seconds, tuple(notes))
     from llmrun.quantize.mlx import quantize_mlx

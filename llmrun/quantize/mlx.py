@@ -65,7 +65,7 @@ def quantize_mlx(
     from llmrun.quantize.convert import check_bits, quantize_model
 
     if bits not in MLX_QUANT_BITS:
-        raise UsageError(f"--bits must be 4 or 8 for MLX, got {bits}", "")
+        raise UsageError(f"`bits` must be 4 or 8 for MLX, got {bits}", "")
     check_bits(bits, group_size)
     started = time.perf_counter()
     config = read_config(source)

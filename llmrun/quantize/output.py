@@ -23,7 +23,7 @@ STAGING_PREFIX = ".llmrun-partial-"
 def check_destination(dest: Path, force: bool, estimated_bytes: int, *, directory: bool) -> None:
     """Refuse an existing output (without ``force``), one of the wrong kind, or a disk too full."""
     if dest.exists() and not force:
-        raise UsageError(f"{dest} already exists", "choose another -o, or pass --force to replace it")
+        raise UsageError(f"{dest} already exists", "choose another `output`, or pass `force` to replace it")
     if dest.exists() and directory and not (dest / "config.json").is_file():
         raise UsageError(f"{dest} exists and is not a model directory", "choose another -o; it is left as it is")
     if dest.exists() and not directory and not dest.is_file():
@@ -44,7 +44,7 @@ def staged(dest: Path, force: bool, *, directory: bool) -> Iterator[Path]:
     try:
         yield staging
         if not staging.exists():
-            raise StoreError(f"nothing was written for {dest}", "report this with --debug")
+            raise StoreError(f"nothing was written for {dest}", "report this with `debug`")
         if dest.exists() and force and directory:
             old = dest.parent / f".llmrun-old-{os.getpid()}-{dest.name}"
             dest.rename(old)

@@ -35,7 +35,7 @@ class Context:
         cut = f" (passage {len(self.used)} shortened)" if self.cut else ""
         return (
             f"retrieved text trimmed to fit the context: {len(self.used)} of {self.retrieved} passages used{cut}, "
-            f"{self.budget} tokens for passages; raise --ctx or lower -k to keep more"
+            f"{self.budget} tokens for passages; raise `n_ctx` or lower `k` to keep more"
         )
 
 

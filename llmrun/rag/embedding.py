@@ -24,7 +24,7 @@ def _mlx_model(directory: Path) -> EmbeddingModel:
     if not is_bert_dir(directory):
         raise UsageError(
             f"{directory} is not an embedding model directory llmrun can run (a BERT model with tokenizer.json)",
-            "pass a GGUF embedding model, e.g. --embed-model all-minilm:l6-v2",
+            "pass a GGUF embedding model, e.g. `embed_model` all-minilm:l6-v2",
         )
     if not this_platform().mlx_installed:
         raise UsageError(
@@ -53,7 +53,7 @@ def embedding_model(registry: Registry, name: str, progress: Progress | None = N
     if not is_embedding_model(header):
         raise UsageError(
             f"{name} is a {header.architecture} text-generation model, not an embedding model",
-            f"use an embedding model: --embed-model {registry.default_embedding}, or bge-m3 (multilingual)",
+            f"use an embedding model: `embed_model` {registry.default_embedding}, or bge-m3 (multilingual)",
         )
     context = header.arch_value("context_length")
     path = located.model.path

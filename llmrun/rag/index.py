@@ -56,7 +56,7 @@ def check_same_model(info: CollectionInfo, model: EmbeddingModel) -> None:
     if model.name != info.embed_model and str(model.path) != info.embed_path:
         raise UsageError(
             f"collection {info.name} was built with {info.embed_model} ({info.dimension} dimensions), not {model.name}",
-            f"leave out --embed-model (or pass {info.embed_model}), or index into a new collection",
+            f"leave out `embed_model` (or pass {info.embed_model}), or index into a new collection",
         )
 
 
@@ -76,7 +76,7 @@ def add(
     collection ``default_model("")`` (``default_model(name)`` reopens a recorded name)."""
     check_name(name)
     if overlap >= chunk_tokens:
-        raise UsageError(f"--overlap {overlap} must be smaller than --chunk-tokens {chunk_tokens}", "")
+        raise UsageError(f"`overlap` {overlap} must be smaller than `chunk_tokens` {chunk_tokens}", "")
     started = time.perf_counter()
     documents, skipped = find(paths)
     collection = store.open(name)
@@ -104,8 +104,8 @@ def add(
 def _check_fit(embedder: Embedder, model: str, info: CollectionInfo | None, chunk_tokens: int) -> None:
     if chunk_tokens > embedder.max_tokens:
         raise UsageError(
-            f"--chunk-tokens {chunk_tokens} is more than {model} reads at once ({embedder.max_tokens})",
-            f"use --chunk-tokens {min(256, embedder.max_tokens)} or less",
+            f"`chunk_tokens` {chunk_tokens} is more than {model} reads at once ({embedder.max_tokens})",
+            f"use `chunk_tokens` {min(256, embedder.max_tokens)} or less",
         )
     if info is not None and embedder.dimension != info.dimension:
         raise UsageError(

@@ -27,9 +27,9 @@ from starlette.concurrency import run_in_threadpool
 from llmrun import __version__
 from llmrun.engine import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
-from llmrun.errors import InsufficientMemory, LlmrunError, ModelNotFound, UsageError
+from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
 from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError
+from llmrun.server.errors import ApiError, explain, worded
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Embedding, Served, ServerState
 
@@ -170,10 +170,10 @@ def _embed(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, int]:
 
 def _model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
     if isinstance(exc, InsufficientMemory):
-        return ApiError(503, f"model {name!r} cannot be loaded now: {exc.message}", code="insufficient_memory")
+        return ApiError(503, f"model {name!r} cannot be loaded now: {explain(exc)}", code="insufficient_memory")
     if isinstance(exc, UsageError) and not isinstance(exc, ModelNotFound):
-        return ApiError(400, exc.message, param="model", code="model_not_supported")
-    message = f"{exc.message}; this server runs: {', '.join(state.names()) or 'none'}"
+        return ApiError(400, explain(exc), param="model", code="model_not_supported")
+    message = f"{worded(exc.message)}; this server runs: {', '.join(state.names()) or 'none'}"
     return ApiError(404, message, param="model", code="model_not_found")
 
 
@@ -267,14 +267,11 @@ def _submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Ev
     except QueueFull as exc:
         _cancel(tickets)
         raise ApiError(
-            503, f"the server is busy: {exc.message}", code="queue_full", headers={"Retry-After": "1"}
+            503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
         ) from None
     except LlmrunError as exc:
         _cancel(tickets)
-        code = "context_length_exceeded" if "context holds" in exc.message else "invalid_request"
-        raise ApiError(
-            400, exc.message, param="messages" if call.requests[0].messages else "prompt", code=code
-        ) from None
+        raise _request_error(exc, call) from None
     return queue, tickets
 
 
@@ -283,11 +280,17 @@ def _cancel(tickets: list[Ticket]) -> None:
         ticket.cancel()
 
 
-def _request_error(exc: LlmrunError) -> ApiError:
-    if "shutting down" in exc.message:
-        return ApiError(503, exc.message, code="shutting_down")
-    code = "context_length_exceeded" if "context holds" in exc.message else "invalid_request"
-    return ApiError(400, exc.message, code=code)
+def _request_error(exc: LlmrunError, call: api.Call) -> ApiError:
+    """An error the engine gave a request: 503 while stopping, else the request's fault (400)
+    unless it is the model's (500)."""
+    prompt = "messages" if call.requests[0].messages else "prompt"
+    if isinstance(exc, ShuttingDown):
+        return ApiError(503, explain(exc), code="shutting_down")
+    if isinstance(exc, ContextFull):
+        return ApiError(400, explain(exc), param=prompt, code="context_length_exceeded")
+    if isinstance(exc, UsageError):
+        return ApiError(400, explain(exc), param=prompt, code="invalid_request")
+    return ApiError(500, explain(exc), code="engine_error")
 
 
 async def _complete(request: Request, served: Served, call: api.Call, metrics: Metrics, *, chat: bool) -> Response:
@@ -303,7 +306,7 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
         # period lets it reach the client before sse-starlette ends the response
         return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-cache"}, shutdown_grace_period=2.0)
     try:
-        results = await _gather(request, queue, tickets, len(call.requests), metrics, started)
+        results = await _gather(request, queue, tickets, call, metrics, started)
     except ClientGone:
         return Response(status_code=499)  # nobody reads it: the client closed the connection
     choices = [(api.chat_choice if chat else api.completion_choice)(i, r, call.logprobs) for i, r in enumerate(results)]
@@ -320,11 +323,12 @@ async def _gather(
     request: Request,
     queue: asyncio.Queue[tuple[int, Event]],
     tickets: list[Ticket],
-    count: int,
+    call: api.Call,
     metrics: Metrics,
     started: float,
 ) -> list[Result]:
     """Every choice's Result; the tickets are cancelled when the client goes away first."""
+    count = len(call.requests)
     results: dict[int, Result] = {}
     first = True
     try:
@@ -339,7 +343,7 @@ async def _gather(
                 metrics.time_to_first_token.observe(time.monotonic() - started)
                 first = False
             if isinstance(event, LlmrunError):
-                raise _request_error(event)
+                raise _request_error(event, call)
             if isinstance(event, Result):
                 results[index] = event
                 _count(metrics, event, started)
@@ -400,7 +404,7 @@ async def _stream(
                 metrics.time_to_first_token.observe(time.monotonic() - started)
                 first = False
             if isinstance(event, LlmrunError):
-                yield json.dumps(_request_error(event).body())
+                yield json.dumps(_request_error(event, call).body())
                 return
             if isinstance(event, Result):
                 remaining -= 1

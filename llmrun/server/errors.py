@@ -4,6 +4,45 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmrun.cli.flags import FLAGS
+from llmrun.errors import LlmrunError, word
+
+# what a client sets in its request body; everything else is the operator's, set when the server started
+REQUEST_FIELDS = frozenset(
+    {
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "repeat_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "max_tokens",
+        "stop",
+        "logprobs",
+        "prompt",
+        "messages",
+    }
+)
+WORDS = {
+    **{name: f"the server's {flag}" for name, flag in FLAGS.items()},
+    **{name: name for name in REQUEST_FIELDS},
+    "raw": "/v1/completions",  # a prompt sent there is not put through the chat template
+    "debug": "the server log",
+}
+
+
+def worded(text: str) -> str:
+    """Core text (which names parameters as `n_ctx`) in the server's words."""
+    return word(text, WORDS)
+
+
+def explain(exc: LlmrunError) -> str:
+    """An engine error as one message for a client: what is wrong; what to do."""
+    message, hint = exc.worded(WORDS)
+    return f"{message}; {hint}" if hint else message
+
 
 class ApiError(Exception):
     def __init__(
@@ -40,4 +79,5 @@ _KINDS = {
 
 
 def bad_field(param: str, message: str, code: str = "invalid_value") -> ApiError:
+    """A 400 for one field of the request."""
     return ApiError(400, message, param=param, code=code)

@@ -17,7 +17,7 @@ from typing import Any
 from llmrun.engine import Request, Result
 from llmrun.errors import InvalidParameter
 from llmrun.sampling import SamplingParams
-from llmrun.server.errors import ApiError, bad_field
+from llmrun.server.errors import ApiError, bad_field, worded
 from llmrun.template import Message
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
@@ -135,7 +135,7 @@ def _params(
     try:
         return dataclasses.replace(defaults, **values)
     except InvalidParameter as exc:
-        raise bad_field(exc.name, exc.message) from None
+        raise bad_field(exc.name, worded(exc.message)) from None
 
 
 def _choices(body: dict[str, Any], limits: Limits) -> int:

@@ -7,6 +7,7 @@ path or URL, and never downloaded unless the operator passed ``--allow-pull``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,9 +19,12 @@ from llmrun.engine.scheduler import Scheduler
 from llmrun.errors import ModelNotFound
 from llmrun.refs import ModelRef
 from llmrun.sampling import SamplingParams
+from llmrun.server.errors import worded
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,9 @@ class ServerState:
             load_defaults=load_defaults,
             backend=self.config.backend,
         )
-        check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
+        forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
+        for warning in [*run_plan.warnings, *([forced] if forced else [])]:
+            log.warning("%s: %s", name, worded(warning))
         entry = self.engine.load(run_plan)
         scheduler = Scheduler(entry, self.config.parallel, run_plan.load.n_ctx, self.config.max_queue)
         return Served(run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)

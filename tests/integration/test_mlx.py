@@ -242,7 +242,7 @@ def test_run_with_mlx_backend_is_the_mlx_model(gemma: Path, gemma_mlx16: Path, m
     code, out, err = invoke([*args, "-m", str(gemma_mlx16), "--backend", "mlx"])
     assert code == 0, err
     mlx = json.loads(out)
-    assert mlx["backend"] == "mlx" and mlx["backend_reason"] == "--backend mlx"
+    assert mlx["backend"] == "mlx" and mlx["backend_reason"] == "requested"
     ids = mlx16.tokenize("The capital of France is", add_bos=True)
     expected = "".join(
         e.text for e in mlx16.stream(ids, SamplingParams(temperature=0, max_tokens=8)) if isinstance(e, Token)

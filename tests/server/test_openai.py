@@ -251,7 +251,8 @@ def _error(response: httpx.Response, status: int) -> dict[str, Any]:
 def test_bad_requests_get_the_right_status_and_shape(server: Server) -> None:
     good = {"model": server.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     assert _error(server.post("/v1/chat/completions", raw=b"{not json"), 400)["code"] == "invalid_json"
-    assert _error(server.post("/v1/chat/completions", {**good, "temperature": "hot"}), 400)["param"] == "temperature"
+    hot = _error(server.post("/v1/chat/completions", {**good, "temperature": "hot"}), 400)
+    assert hot["param"] == "temperature" and hot["message"].startswith("temperature must be")
     assert _error(server.post("/v1/chat/completions", {**good, "top_p": 7}), 400)["param"] == "top_p"
     assert _error(server.post("/v1/chat/completions", {**good, "model": "no-such-model"}), 404)["code"] == (
         "model_not_found"
@@ -265,7 +266,10 @@ def test_bad_requests_get_the_right_status_and_shape(server: Server) -> None:
     with_image = {**good, "messages": [{"role": "user", "content": [image]}]}
     assert _error(server.post("/v1/chat/completions", with_image), 400)["param"] == "messages[0].content[0]"
     too_long = {**good, "messages": [{"role": "user", "content": "word " * 2000}]}
-    assert _error(server.post("/v1/chat/completions", too_long), 400)["code"] == "context_length_exceeded"
+    overflow = _error(server.post("/v1/chat/completions", too_long), 400)
+    assert overflow["code"] == "context_length_exceeded" and overflow["param"] == "messages"
+    # the engine names the parameter; the server words it as the option its operator controls
+    assert "the server's --ctx" in overflow["message"] and "`" not in overflow["message"]
     huge = b'{"model": "x", "messages": [{"role": "user", "content": "' + b"a" * (10 * 1024 * 1024) + b'"}]}'
     assert _error(server.post("/v1/chat/completions", raw=huge), 413)["code"] == "request_too_large"
     assert _error(server.post("/v1/chat/completions", good, key=None), 401)["code"] == "missing_api_key"

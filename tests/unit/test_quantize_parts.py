@@ -30,7 +30,7 @@ def test_bits_and_types() -> None:
     with pytest.raises(UsageError) as caught:
         quant_type("Q9", None)
     assert "Q4_K_M" in caught.value.hint and "Q8_0" in caught.value.hint
-    with pytest.raises(UsageError, match="--bits must be 4 or 8"):
+    with pytest.raises(UsageError, match="`bits` must be 4 or 8"):
         quant_type(None, 3)
     assert all(t.needs_imatrix == t.name.startswith(("IQ1", "IQ2", "IQ3")) for t in QUANT_TYPES.values())
 
@@ -74,11 +74,11 @@ def test_target_format_refuses_options_of_the_other_format() -> None:
     assert job.target_format(job.Request("m"), gguf) == "gguf"
     assert job.target_format(job.Request("d"), directory) == "mlx"
     assert job.target_format(job.Request("d", format="gguf"), directory) == "gguf"
-    with pytest.raises(UsageError, match="--type names a GGUF"):
+    with pytest.raises(UsageError, match="`type` names a GGUF"):
         job.target_format(job.Request("d", type="Q4_0"), directory)
-    with pytest.raises(UsageError, match="--group-size applies to MLX"):
+    with pytest.raises(UsageError, match="`group_size` applies to MLX"):
         job.target_format(job.Request("m", group_size=32), gguf)
-    with pytest.raises(UsageError, match="--format must be gguf or mlx"):
+    with pytest.raises(UsageError, match="`format` must be gguf or mlx"):
         job.target_format(job.Request("m", format="onnx"), gguf)
 
 
@@ -313,4 +313,4 @@ def test_the_report_refuses_to_load_two_models_that_do_not_fit() -> None:
     check_memory(big, small, 24 * 2**30)
     with pytest.raises(InsufficientMemory, match="both are loaded at once") as caught:
         check_memory(big, small, 16 * 2**30)
-    assert "--no-eval" in caught.value.hint
+    assert "`no_eval`" in caught.value.hint

@@ -98,7 +98,7 @@ def test_context_keeps_what_fits_cuts_one_and_says_so() -> None:
     tight = build("q?", hits, words, n_ctx=64 + 100 + 30 + 120, answer_tokens=100)
     assert 1 <= len(tight.used) < 5 and tight.trimmed
     assert words(tight.prompt) <= 64 + 30 + 120  # the passages stay within their budget
-    assert "passages used" in tight.note() and "--ctx" in tight.note()
+    assert "passages used" in tight.note() and "`n_ctx`" in tight.note()
     none = build("q?", hits, words, n_ctx=100, answer_tokens=100)
     assert none.used == () and none.budget == 0
 

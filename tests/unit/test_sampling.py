@@ -48,7 +48,8 @@ def test_invalid_values_name_the_field_and_range(field: str, value: object, expe
         SamplingParams(**{field: value})  # type: ignore[arg-type]
     assert info.value.name == field
     assert expected in info.value.expected
-    assert info.value.for_flag("--x").message.startswith("--x must be")
+    assert info.value.message.startswith(f"`{field}` must be")  # named as the field; each adapter words it
+    assert info.value.worded({field: "--x"})[0].startswith("--x must be")
 
 
 def test_valid_edges_are_accepted_and_normalised() -> None:

@@ -38,8 +38,8 @@ def test_auto(model: ModelForms, here: Platform, backend: str, reason_part: str)
 
 
 def test_explicit_choices_win() -> None:
-    assert choose("gguf", "m", BOTH, MAC) == Choice("gguf", "--backend gguf")
-    assert choose("mlx", "m", BOTH, LINUX) == Choice("mlx", "--backend mlx")
+    assert choose("gguf", "m", BOTH, MAC) == Choice("gguf", "requested")
+    assert choose("mlx", "m", BOTH, LINUX) == Choice("mlx", "requested")
 
 
 def test_mlx_for_a_gguf_names_the_convert_command() -> None:
@@ -60,7 +60,7 @@ def test_mlx_without_mlx_lm_says_how_to_install() -> None:
 
 
 def test_unknown_backend() -> None:
-    with pytest.raises(UsageError, match="--backend must be one of auto, gguf, mlx"):
+    with pytest.raises(UsageError, match="`backend` must be one of auto, gguf, mlx"):
         choose("cuda", "m", BOTH, LINUX)
 
 
