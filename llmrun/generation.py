@@ -67,6 +67,7 @@ class Assembler:
         self._stops = StopMatcher(params.stop)
         self._parts: list[str] = []
         self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0  # set by a decoder that kept some of the prompt's KV cells
         self.seed = seed
         self.generated = 0
         self.finish: FinishReason | None = None
@@ -106,6 +107,7 @@ class Assembler:
             finish_reason=self.finish or self._limit_reason,
             seed=self.seed,
             stop_string=self._stops.stopped_by,
+            cached_tokens=self.cached_tokens,
         )
         return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
 
@@ -120,13 +122,16 @@ def assemble(
     params: SamplingParams,
     seed: int | None,
     score: Scorer | None = None,
+    cached_tokens: int = 0,
 ) -> Iterator[Token | Done]:
     """Drive an :class:`Assembler` from a backend's token iterator.
 
     ``score(token_id)`` (when given) is called as each token arrives, before the
     backend moves on, and returns its log-probability and the top alternatives.
+    ``cached_tokens`` of the prompt were already in the backend's cache.
     """
     assembler = Assembler(piece, is_end, prompt_tokens=prompt_tokens, n_ctx=n_ctx, params=params, seed=seed)
+    assembler.cached_tokens = cached_tokens
     try:
         for token_id in sampled:
             token = assembler.push(token_id, score)

@@ -113,7 +113,11 @@ def plan_run(
     progress: Progress | None = None,
     backend: str = "auto",
     here: Platform | None = None,
+    context_cap: int | None = None,
 ) -> RunPlan:
+    """Everything a run needs before loading: the model located, its settings merged by layer
+    (default, models.toml, command line), and warnings. Without ``n_ctx`` the context is the
+    trained length, at most 4096 (or ``context_cap``)."""
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
     merge_layers(
@@ -137,7 +141,7 @@ def plan_run(
     )
     geom = geometry(header)
     defaults = dict(load_defaults())
-    defaults["n_ctx"] = default_context(geom)
+    defaults["n_ctx"] = min(default_context(geom), context_cap or default_context(geom))
     load, load_sources = merge_layers(
         LoadParams,
         [

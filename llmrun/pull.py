@@ -13,12 +13,16 @@ import fnmatch
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmrun import hub
-from llmrun.errors import ModelFileError, ModelNotFound
+from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun.resolve import choose
 from llmrun.store import Progress, editing_index, read_index
+
+if TYPE_CHECKING:
+    from llmrun.config import Registry
+    from llmrun.refs import ModelRef
 
 MLX_FILES = ("*.json", "*.safetensors", "tokenizer.model", "*.jinja", "*.txt", "*.tiktoken")
 """What an MLX model directory needs (mlx-lm's own download patterns; never *.py: no remote code)."""
@@ -161,6 +165,19 @@ def register_local(key: str, path: Path, form: str, *, source: str, source_path:
     }
     with editing_index() as models:
         models[key] = record
+
+
+def made_here_as(ref: ModelRef, registry: Registry) -> tuple[Path, str] | None:
+    """:func:`made_here` for a parsed name; a damaged index stops only the names that could be
+    in it, not those models.toml knows (their pulled copies still need it, and say so)."""
+    if ref.kind != "alias":
+        return None
+    try:
+        return made_here(ref.name)
+    except StoreError:
+        if registry.get(ref.name) or registry.get(ref.name.rpartition("-")[0]):
+            return None
+        raise
 
 
 def made_here(key: str) -> tuple[Path, str] | None:

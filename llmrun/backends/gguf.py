@@ -179,11 +179,11 @@ class GgufModel:
 
         return gguf_batch.generate(self, requests, parallel, n_ctx_seq)
 
-    def batch_decoder(self, parallel: int, n_ctx_seq: int) -> Any:
+    def batch_decoder(self, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> Any:
         """A decoder for many sequences at once (see :class:`llmrun.backends.gguf_batch.BatchDecoder`)."""
         from llmrun.backends.gguf_batch import BatchDecoder
 
-        return BatchDecoder(self, parallel, n_ctx_seq)
+        return BatchDecoder(self, parallel, n_ctx_seq, reuse_prefix=reuse_prefix)
 
     def reset(self) -> None:
         self.llama.reset()

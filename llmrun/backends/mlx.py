@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
-from llmrun.errors import BackendError, ContextFull
+from llmrun.errors import BackendError, ContextFull, LlmrunError
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
 
@@ -265,6 +265,7 @@ class MlxModel:
             params=params,
             seed=seed,
             score=self._scorer(last, logprobs) if logprobs > 0 else None,
+            cached_tokens=start,
         )
 
     def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
@@ -312,7 +313,7 @@ class MlxModel:
                 for event in self.stream(request.ids, request.params):
                     if isinstance(event, Done):
                         done = event
-            except BackendError as exc:
+            except LlmrunError as exc:  # this request cannot run (its prompt does not fit, …); the rest go on
                 yield BatchOutcome(request.index, None, exc)
                 continue
             yield BatchOutcome(request.index, done)

@@ -63,7 +63,7 @@ def forms(ref: ModelRef, registry: Registry, made_here: Format | None = None) ->
     entry = registry.get(ref.name) or registry.get(ref.name.rpartition("-")[0])
     if entry is None:
         return ModelForms(None, True, False)  # resolve() reports the unknown name
-    return ModelForms(None, bool(entry.embedded or entry.gguf), bool(entry.mlx))
+    return ModelForms(None, bool(entry.embedded or entry.package or entry.gguf), bool(entry.mlx))
 
 
 def check_requested(requested: str) -> None:
@@ -112,7 +112,7 @@ def choose_for(requested: str, name: str, ref: ModelRef, registry: Registry, her
     """:func:`choose` for a parsed name, on this machine unless ``here`` says otherwise."""
     from llmrun import pull
 
-    made = pull.made_here(ref.name) if ref.kind == "alias" else None
+    made = pull.made_here_as(ref, registry)
     made_format: Format | None = "mlx" if made and made[1] == "mlx" else "gguf" if made else None
     return choose(requested, name, forms(ref, registry, made_format), here or this_platform())
 

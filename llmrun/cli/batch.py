@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from llmrun.engine import Engine, LoadedEntry, Request
     from llmrun.pipeline import RunPlan
 
+BATCH_CONTEXT = 2048  # per sequence, unless --ctx (at most the model's trained length)
+
 
 def batch(
     source: Annotated[str, typer.Argument(metavar="INPUT", help="Prompts: a text file (one per line), JSONL, or '-'.")],
@@ -47,7 +49,7 @@ def batch(
         typer.Option(
             "--ctx",
             "-c",
-            help="Context per sequence. Default: 2048 (at most the trained length).",
+            help=f"Context per sequence. Default: {BATCH_CONTEXT} (at most the trained length).",
             rich_help_panel=o.LOADING,
             show_default=False,
         ),
@@ -89,7 +91,8 @@ def batch(
     if done_ids:
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
-    run_plan = plan(model, flags, {"n_ctx": ctx or 2048, "n_threads": threads, "n_gpu_layers": None}, force)
+    load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}
+    run_plan = plan(model, flags, load_flags, force, context_cap=BATCH_CONTEXT)
     if run_plan.backend == "mlx" and parallel > 1:
         render.note("the MLX backend answers batch prompts one after another (--parallel 1)")
         parallel = 1

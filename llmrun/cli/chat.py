@@ -91,6 +91,7 @@ def chat(
     if template is not None and template not in BUILTIN_TEMPLATES:
         raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
     flags = o.sampling_values(locals())
+    model = model or chat_default()
     run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
     engine = Engine(template=template)
     with render.status(f"Loading {run_plan.model.name}…"):
@@ -114,6 +115,30 @@ def chat(
             repl.lines(sys.stdin or [])
     finally:
         engine.close()
+
+
+def chat_default() -> str | None:
+    """The model chat talks to without -m: models.toml's ``default_chat`` (an instruction-tuned
+    model) when it can run here; None for the default model (LLMRUN_MODEL, or `default`)."""
+    import os
+
+    from llmrun.cli import render
+    from llmrun.config import load_registry
+    from llmrun.packaged import locate
+
+    if os.environ.get("LLMRUN_MODEL"):
+        return None
+    registry = load_registry()
+    entry = registry.get(registry.default_chat) if registry.default_chat else None
+    if entry is None:
+        return None
+    if entry.package and not (entry.embedded or entry.gguf) and locate(entry.package) is None:
+        render.note(
+            f"chatting with {registry.default}, a base model that continues text rather than answers; "
+            f"for {entry.name}, which follows instructions: {entry.package.pip}"
+        )
+        return None
+    return entry.name
 
 
 @dataclass

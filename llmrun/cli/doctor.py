@@ -21,7 +21,11 @@ def doctor(json_output: o.JsonOpt = False) -> None:
     problems = checks.diagnose(facts)
     data = checks.report(facts)
     if json_output:
-        render.print_json({**data, "problems": [{"what": p.what, "fix": p.fix} for p in problems]})
+        from llmrun.cli.flags import FLAGS
+        from llmrun.errors import word
+
+        shown = [{"what": word(p.what, FLAGS), "fix": word(p.fix, FLAGS)} for p in problems]
+        render.print_json({**data, "problems": shown})
     else:
         v = data["versions"]
         gpu = data["llama_cpp"]["gpu_offload"]

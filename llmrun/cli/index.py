@@ -245,20 +245,12 @@ def retrieve(name: str, question: str, k: int, store: str | None, min_score: flo
 
 
 def grounded_prompt(question: str, hits: list[Hit], model: Any, n_ctx: int, max_tokens: int, extra: int = 0) -> Any:
-    """The prompt for ``question`` with the retrieved passages that fit ``model``'s context;
-    says when it had to trim, and refuses when nothing fits."""
+    """The prompt for ``question`` with the retrieved passages that fit ``model``'s context
+    (:func:`llmrun.rag.context.ground`), saying when it had to trim."""
     from llmrun.cli import render
-    from llmrun.errors import UsageError
-    from llmrun.rag.context import answer_budget, build
+    from llmrun.rag.context import ground
 
-    context = build(
-        question, hits, lambda text: len(model.tokenize(text)), n_ctx, answer_budget(max_tokens, n_ctx), extra
-    )
-    if hits and not context.used:
-        raise UsageError(
-            f"the context ({n_ctx} tokens) leaves no room for the retrieved text after the question and the answer",
-            "raise --ctx, or lower --max-tokens",
-        )
+    context = ground(question, hits, lambda text: len(model.tokenize(text)), n_ctx, max_tokens, extra)
     if context.note():
         render.warn(context.note())
     return context

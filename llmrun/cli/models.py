@@ -132,10 +132,16 @@ def list_models(json_output: o.JsonOpt = False) -> None:
     """The models in the local store: name, quant, size, when pulled, where."""
     from llmrun.cli import render
     from llmrun.config import store_dir
+    from llmrun.errors import StoreError
     from llmrun.store import read_index
 
     rows = []
-    for name, entry in sorted(read_index().items()):
+    try:
+        pulled = read_index()
+    except StoreError as exc:  # the embedded models are listed all the same
+        render.warn(f"{exc.message} — {exc.hint}")
+        pulled = {}
+    for name, entry in sorted(pulled.items()):
         size = sum(f["size"] for f in entry["files"])
         present = all(Path(f["path"]).is_file() for f in entry["files"])
         rows.append({

@@ -29,6 +29,18 @@ def out_console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
+def table_console() -> Console:
+    """Tables on stdout: as wide as the terminal, or as ``COLUMNS`` says; piped without it they
+    never wrap — one row a line, for ``grep`` and ``awk``."""
+    import os
+
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=UNWRAPPED if piped else None)
+
+
+UNWRAPPED = 1_000_000
+
+
 def error(message: str, hint: str = "") -> None:
     """One line: what is wrong, then what to do."""
     line = Text("error: ", style="bold red")
@@ -150,7 +162,7 @@ def table(
         grid.add_column(column, style="dim" if index == 0 else None, no_wrap=index == 0)
     for row in rows:
         grid.add_row(*(str(cell) for cell in row))
-    (Console(highlight=False) if stdout else err_console()).print(grid)
+    (table_console() if stdout else err_console()).print(grid)
 
 
 def print_json(value: Any) -> None:
@@ -485,7 +497,7 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
             row["pulled"][:16].replace("T", " "),
             row["path"],
         )
-    Console(highlight=False).print(grid)
+    table_console().print(grid)
 
 
 @contextmanager

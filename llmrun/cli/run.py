@@ -129,7 +129,12 @@ def run(
 
 
 def plan(
-    model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool, backend: str = "auto"
+    model: str | None,
+    sampling: dict[str, Any],
+    load_flags: dict[str, Any],
+    force: bool,
+    backend: str = "auto",
+    context_cap: int | None = None,
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import render
@@ -149,6 +154,7 @@ def plan(
             load_defaults=load_defaults,
             progress=progress,
             backend=backend,
+            context_cap=context_cap,
         )
     for warning in run_plan.warnings:
         render.warn(warning)

@@ -81,6 +81,15 @@ def serve(
         bool,
         typer.Option("--allow-pull", help="Let clients name models that must be downloaded.", rich_help_panel=SERVER),
     ] = False,
+    no_prompt_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-prompt-cache",
+            help="Evaluate every prompt whole: no reuse of the KV cells an earlier request with the same beginning "
+            "left (slower for conversations; answers never depend on what came before).",
+            rich_help_panel=SERVER,
+        ),
+    ] = False,
     force: o.ForceOpt = False,
 ) -> None:
     """Serve the OpenAI API (chat completions, completions, models) for editors, agents and chat UIs.
@@ -116,6 +125,7 @@ def serve(
         allow_pull=allow_pull,
         cors_origins=tuple(cors_origin or ()),
         force=force,
+        cache_prompts=not no_prompt_cache,
     )
     _run(config, host, port, warn_open=not _loopback(host) and key is None)
 

@@ -44,6 +44,7 @@ class Result:
     generation_tokens_per_s: float
     prompt_format: str = "plain"
     logprobs: tuple[TokenLogprob, ...] | None = None  # None: not asked for
+    cached_tokens: int = 0  # of the prompt tokens, those an earlier request's KV cells already held
 
     @classmethod
     def of(cls, done: Done, prompt_format: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> Result:
@@ -60,13 +61,14 @@ class Result:
             generation_tokens_per_s=s.generation_tps,
             prompt_format=prompt_format,
             logprobs=logprobs,
+            cached_tokens=s.cached_tokens,
         )
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "text": self.text,
             "prompt_format": self.prompt_format,
-            "tokens": {"prompt": self.prompt_tokens, "generated": self.generated_tokens},
+            "tokens": {"prompt": self.prompt_tokens, "cached": self.cached_tokens, "generated": self.generated_tokens},
             "timings": {
                 "time_to_first_token_s": round(self.time_to_first_token_s, 4),
                 "prompt_tokens_per_s": round(self.prompt_tokens_per_s, 2),

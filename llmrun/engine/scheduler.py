@@ -126,8 +126,11 @@ class Ticket:
 
 
 class Scheduler:
-    def __init__(self, entry: LoadedEntry, parallel: int, n_ctx_seq: int, max_queue: int = 64) -> None:
+    def __init__(
+        self, entry: LoadedEntry, parallel: int, n_ctx_seq: int, max_queue: int = 64, *, cache_prompts: bool = True
+    ) -> None:
         self.entry = entry
+        self.cache_prompts = cache_prompts  # a finished request's KV cells serve the next that shares their prefix
         self.parallel = parallel
         self.n_ctx_seq = n_ctx_seq
         self.max_queue = max_queue
@@ -143,9 +146,9 @@ class Scheduler:
         self._thread.start()
 
     def _new_decoder(self) -> Decoder:
-        batch: Callable[[int, int], Decoder] | None = getattr(self.entry.model, "batch_decoder", None)
+        batch: Callable[..., Decoder] | None = getattr(self.entry.model, "batch_decoder", None)
         if batch is not None and self.parallel > 1:
-            return batch(self.parallel, self.n_ctx_seq)
+            return batch(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
         return SequentialDecoder(self.entry.model)
 
     # --- callers' side (any thread) ---------------------------------------------------

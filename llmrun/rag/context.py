@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from llmrun.errors import ContextFull
 from llmrun.rag.store import Hit
 
 INSTRUCTION = (
@@ -94,6 +95,25 @@ def build(
                 cut = True
         break
     return Context(compose(INSTRUCTION, passages, question), tuple(used), len(hits), cut, budget)
+
+
+def ground(
+    question: str,
+    hits: Sequence[Hit],
+    count: Callable[[str], int],
+    n_ctx: int,
+    max_tokens: int,
+    extra_tokens: int = 0,
+) -> Context:
+    """:func:`build` with room kept for the answer (``max_tokens``, see :func:`answer_budget`);
+    refused when passages were retrieved but not one of them fits."""
+    context = build(question, hits, count, n_ctx, answer_budget(max_tokens, n_ctx), extra_tokens)
+    if hits and not context.used:
+        raise ContextFull(
+            f"the context ({n_ctx} tokens) leaves no room for the retrieved text after the question and the answer",
+            "raise `n_ctx`, or lower `max_tokens`",
+        )
+    return context
 
 
 def answer_budget(max_tokens: int, n_ctx: int) -> int:

@@ -274,10 +274,17 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
 # --- responses ------------------------------------------------------------------------
 
 
-def usage(results: list[Result]) -> dict[str, int]:
+def usage(results: list[Result]) -> dict[str, Any]:
+    """OpenAI's usage object; ``cached_tokens`` counts prompt tokens an earlier request's KV cells held."""
     prompt = sum(r.prompt_tokens for r in results)
     completion = sum(r.generated_tokens for r in results)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    cached = sum(r.cached_tokens for r in results)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 def chat_logprobs(result: Result, alternatives: int) -> dict[str, Any]:

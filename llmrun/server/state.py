@@ -42,6 +42,7 @@ class ServerConfig:
     allow_pull: bool = False
     cors_origins: tuple[str, ...] = ()
     force: bool = False
+    cache_prompts: bool = True  # keep finished requests' KV cells for the next request sharing their prefix
 
 
 @dataclass
@@ -144,7 +145,10 @@ class ServerState:
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
         entry = self.engine.load(run_plan)
-        scheduler = Scheduler(entry, self.config.parallel, run_plan.load.n_ctx, self.config.max_queue)
+        config = self.config
+        scheduler = Scheduler(
+            entry, config.parallel, run_plan.load.n_ctx, config.max_queue, cache_prompts=config.cache_prompts
+        )
         return Served(run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
 
     def expire(self, now: float | None = None) -> list[str]:

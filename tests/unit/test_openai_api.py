@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -111,7 +112,14 @@ def test_finish_reasons_and_usage() -> None:
         return Result("t", prompt, generated, reason, None, None, 0.1, 1.0, 1.0)  # type: ignore[arg-type]
 
     results = [result("eos", 5, 3), result("context", 5, 7)]
-    assert api.usage(results) == {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
+    assert api.usage(results) == {
+        "prompt_tokens": 10,
+        "completion_tokens": 10,
+        "total_tokens": 20,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    cached = dataclasses.replace(results[0], cached_tokens=4)
+    assert api.usage([cached])["prompt_tokens_details"] == {"cached_tokens": 4}
     assert [api.chat_choice(i, r, None)["finish_reason"] for i, r in enumerate(results)] == ["stop", "length"]
     assert api.completion_choice(0, results[0], None) == {
         "index": 0,

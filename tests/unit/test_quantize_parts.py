@@ -59,8 +59,9 @@ def test_store_names_never_replace_registry_or_pulled_models(hermetic_env: Path)
     with pytest.raises(UsageError, match="is not a model name"):
         job.store_name("../evil", "x", registry, False)
     with editing_index() as models:
-        models["pulled-one"] = {"repo": "a/b", "files": []}
-        models["made-one"] = {"repo": None, "origin": "local", "files": []}
+        files = [{"name": "m.gguf", "path": "/nowhere/m.gguf", "size": 1}]
+        models["pulled-one"] = {"repo": "a/b", "files": files, "pulled": "2026-12-01T00:00:00"}
+        models["made-one"] = {"repo": None, "origin": "local", "files": files, "pulled": "2026-12-01T00:00:00"}
     with pytest.raises(UsageError, match="pulled model"):
         job.store_name("pulled-one", "x", registry, True)
     with pytest.raises(UsageError, match="already in the local store"):

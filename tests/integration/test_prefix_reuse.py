@@ -1,0 +1,123 @@
+"""Prefix reuse in the continuous-batching decoder (the server's prompt cache), on the real Gemma
+model: a slot's next request evaluates only what its KV cells do not hold, and answers as a fresh
+evaluation does up to rounding — the same tokens wherever the fresh answer's choice is clear."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
+from llmrun.backends.gguf import GgufBackend, GgufModel
+from llmrun.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+STORY = (
+    "The history of the lighthouse keepers of the northern coast is a story of patience. "
+    "Every night for two hundred years, someone climbed the stairs and lit the lamp, "
+    "whatever the weather and whatever the news from the town below."
+)
+GREEDY = SamplingParams(temperature=0, max_tokens=16)
+ROUNDING = 0.5  # cells computed in another batch shape move log-probabilities by up to ~0.3 here
+TOP = 5
+
+
+@pytest.fixture(scope="module")
+def model(gemma_cache: Path) -> Iterator[GgufModel]:
+    loaded = GgufBackend().load(gemma_cache, LoadParams(2048, 2, 0))
+    yield loaded
+    loaded.close()
+
+
+def answer(decoder: Any, ids: list[int], index: int = 0) -> tuple[list[Token], Done]:
+    """One request through ``decoder`` alone: its tokens (with the top log-probabilities) and its Done."""
+    assert decoder.admit(BatchRequest(index, ids, GREEDY), TOP) is None
+    tokens: list[Token] = []
+    while True:
+        for _, event in decoder.step():
+            if isinstance(event, Done):
+                return tokens, event
+            if event.id >= 0:
+                tokens.append(event)
+
+
+def fresh(model: GgufModel, ids: list[int]) -> list[Token]:
+    decoder = model.batch_decoder(1, 1024)
+    try:
+        return answer(decoder, ids)[0]
+    finally:
+        decoder.close()
+
+
+def assert_same_answer(cached: list[Token], uncached: list[Token]) -> None:
+    """Token by token: the same log-probabilities within rounding, and the same choice until the
+    uncached answer meets a near-tie (its top two within rounding), where they may part."""
+    for got, want in zip(cached, uncached, strict=True):
+        wanted = {c.id: c.logprob for c in want.top}
+        shared = [c for c in got.top if c.id in wanted]
+        assert len(shared) >= TOP - 1 and all(abs(c.logprob - wanted[c.id]) < ROUNDING for c in shared)
+        if got.id != want.id:
+            assert want.top[0].logprob - want.top[1].logprob < ROUNDING, "parted where the choice was clear"
+            return
+
+
+def test_a_slots_next_request_evaluates_only_what_is_new(model: GgufModel) -> None:
+    story = model.tokenize(STORY, add_bos=True)
+    decoder = model.batch_decoder(1, 1024, reuse_prefix=True)
+    try:
+        generated, first = answer(decoder, story)
+        assert first.stats.cached_tokens == 0
+        assert [t.id for t in generated] == [t.id for t in fresh(model, story)]  # nothing reused: identical
+
+        again, done = answer(decoder, story)  # the same prompt: all but its last token is kept
+        assert done.stats.cached_tokens == len(story) - 1
+        assert_same_answer(again, generated)
+
+        # the next turn of a conversation: the prompt, the answer as it was fed back, and more
+        follow = story + [t.id for t in generated][:-1] + model.tokenize(" Then one winter night")
+        turn, done = answer(decoder, follow)
+        assert done.stats.cached_tokens == len(story) + len(generated) - 1
+        assert done.stats.prompt_tokens == len(follow)
+        assert_same_answer(turn, fresh(model, follow))
+
+        # a different prompt keeps only the shared beginning (BOS)
+        other = model.tokenize("Water boils at", add_bos=True)
+        unrelated, done = answer(decoder, other)
+        assert done.stats.cached_tokens == 1
+        assert_same_answer(unrelated, fresh(model, other))
+    finally:
+        decoder.close()
+
+
+def test_a_request_goes_to_the_slot_that_holds_most_of_it(model: GgufModel) -> None:
+    story = model.tokenize(STORY, add_bos=True)
+    other = model.tokenize("Once upon a time, in a village by the sea, there lived an old fisherman", add_bos=True)
+    decoder = model.batch_decoder(2, 1024, reuse_prefix=True)
+    try:
+        for index, ids in enumerate((story, other)):  # both running together, one slot each
+            assert decoder.admit(BatchRequest(index, ids, GREEDY)) is None
+        finished = 0
+        while finished < 2:
+            finished += sum(isinstance(event, Done) for _, event in decoder.step())
+        for ids in (other, story):
+            longer = ids + model.tokenize(" and so")
+            tokens, done = answer(decoder, longer)
+            assert done.stats.cached_tokens >= len(ids)  # its own slot, not the other one
+            assert_same_answer(tokens, fresh(model, longer))
+    finally:
+        decoder.close()
+
+
+def test_without_reuse_every_prompt_is_evaluated_whole(model: GgufModel) -> None:
+    story = model.tokenize(STORY, add_bos=True)
+    decoder = model.batch_decoder(1, 1024)  # the default: the batch command's
+    try:
+        first, _ = answer(decoder, story)
+        again, done = answer(decoder, story)
+        assert done.stats.cached_tokens == 0 and [t.id for t in again] == [t.id for t in first]
+    finally:
+        decoder.close()
