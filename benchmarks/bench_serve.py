@@ -69,7 +69,9 @@ def _wait(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> N
     sys.exit("the server did not come up")
 
 
-def start(kind: str, model: Path, threads: int, parallel: int, ctx: int, llama_server: str) -> tuple[Any, str, str]:
+def start(
+    kind: str, model: Path, threads: int, parallel: int, ctx: int, llama_server: str, extra: list[str] | None = None
+) -> tuple[Any, str, str]:
     port = _port()
     if kind == "llama-server":
         command = [llama_server, "-m", str(model), "--port", str(port), "-t", str(threads), "-tb", str(threads)]
@@ -77,7 +79,7 @@ def start(kind: str, model: Path, threads: int, parallel: int, ctx: int, llama_s
         name = "model"
     else:
         command = [sys.executable, "-m", "llmrun", "serve", "-m", str(model), "--port", str(port)]
-        command += ["--threads", str(threads), "--parallel", str(parallel), "--ctx", str(ctx)]
+        command += ["--threads", str(threads), "--parallel", str(parallel), "--ctx", str(ctx), *(extra or [])]
         name = str(model)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -56,6 +56,20 @@ def ensure_packaged(
     return _converted(name, found, source, directory, progress)
 
 
+def on_disk(name: str, source: PackageSource, directory: Path) -> Path | None:
+    """Where model ``name`` lies now, doing nothing: the package's GGUF, its conversion once made,
+    or the package's weights before that (None: the package is not installed)."""
+    found = locate(source)
+    if found is None or source.convert is None:
+        return found
+    target = _target(name, source, directory)
+    return target if target.is_file() else found / WEIGHTS
+
+
+def _target(name: str, source: PackageSource, directory: Path) -> Path:
+    return directory / f"{_safe(name)}-{(source.convert or '').lower()}.gguf"
+
+
 def _verify(name: str, path: Path, source: PackageSource, records: Path) -> None:
     """Check ``path`` against the pinned sha256, once per version of the file (recorded in the store)."""
     stat = path.stat()
@@ -81,7 +95,7 @@ def _converted(name: str, found: Path, source: PackageSource, directory: Path, p
     from llmrun.quantize.hf_gguf import hf_to_gguf
 
     assert source.convert is not None
-    target = directory / f"{_safe(name)}-{source.convert.lower()}.gguf"
+    target = _target(name, source, directory)
     stamp = target.with_name(target.name + ".source.json")
     wanted = {"sha256": source.sha256, "converter": _converter_version()}
     try:

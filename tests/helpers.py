@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -41,3 +42,22 @@ def interruptible() -> None:
     """``preexec_fn`` for a child the test will Ctrl-C: SIGINT back to its default, since a suite started
     in the background (``pytest &``) hands its children an ignored SIGINT, which Python then keeps."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+ROUNDING = 0.5  # log-probabilities computed in another batch shape move by up to ~0.3 on the packaged Gemma
+
+
+def agree_up_to_rounding(got: Sequence[Any], want: Sequence[Any], rounding: float = ROUNDING) -> None:
+    """Two greedy answers (Tokens with their top log-probabilities) computed in different batch
+    shapes: token by token the same log-probabilities within ``rounding``, and the same choice until
+    ``want`` meets a near-tie (its top two within ``rounding``), where they may part."""
+    assert got and want
+    for mine, theirs in zip(got, want, strict=False):
+        wanted = {c.id: c.logprob for c in theirs.top}
+        shared = [c for c in mine.top if c.id in wanted]
+        assert len(shared) >= len(theirs.top) - 1, "different candidates"
+        assert all(abs(c.logprob - wanted[c.id]) < rounding for c in shared), (mine.top, theirs.top)
+        if mine.id != theirs.id:
+            assert theirs.top[0].logprob - theirs.top[1].logprob < rounding, "parted where the choice was clear"
+            return
+    assert len(got) == len(want)

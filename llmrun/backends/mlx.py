@@ -32,8 +32,11 @@ EOG_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|en
 """Tokens that end a turn (llama.cpp's end-of-generation set), besides the configured EOS."""
 
 
-def make_sampler(params: SamplingParams, vocab_size: int) -> Callable[[Any], Any]:
-    """log-probabilities → token: top-k → top-p → min-p → temperature → draw (greedy at t=0)."""
+def make_sampler(params: SamplingParams, vocab_size: int, *, seed: int | None = None) -> Callable[[Any], Any]:
+    """log-probabilities → token: top-k → top-p → min-p → temperature → draw (greedy at t=0).
+
+    With ``seed`` the draws come from the sampler's own key, not mlx's global random state, so a
+    sequence's answer does not depend on what else is sampled (continuous batching)."""
     import mlx.core as mx
     from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
 
@@ -47,10 +50,15 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Callable[[Any], Any
     if params.min_p > 0:
         filters.append(lambda x: apply_min_p(x, params.min_p))
 
+    key = [mx.random.key(seed)] if seed is not None else None
+
     def sample(logprobs: Any) -> Any:
         for apply in filters:
             logprobs = apply(logprobs)
-        return categorical_sampling(logprobs, params.temperature)
+        if key is None:
+            return categorical_sampling(logprobs, params.temperature)
+        key[0], draw = mx.random.split(key[0])
+        return mx.random.categorical(logprobs * (1 / params.temperature), key=draw)
 
     return sample
 
@@ -303,10 +311,28 @@ class MlxModel:
             self._held += chunk
             yield out
 
+    def batch_decoder(self, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> Any:
+        """Many sequences at once through mlx-lm's BatchGenerator (:mod:`llmrun.backends.mlx_batch`);
+        its caches are its own, so there is no prefix reuse across requests."""
+        from llmrun.backends.mlx_batch import MlxBatchDecoder
+
+        if self.batch_unsupported is not None:
+            return None
+        return MlxBatchDecoder(self, parallel, n_ctx_seq)
+
+    @property
+    def batch_unsupported(self) -> str | None:
+        """Why mlx-lm's batch generator cannot run this model as loaded (None: it can)."""
+        if KV_BITS[self.load_params.kv_type]:
+            return "mlx-lm's batch generator has no quantized KV cache (`kv_type`)"
+        if self.load_params.max_kv_size:
+            return "mlx-lm's batch generator does not take llmrun's rotating cache (`max_kv_size`)"
+        return None
+
     def generate_batch(
         self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
     ) -> Generator[BatchOutcome, None, None]:
-        """One request after another (MLX batching is not wired in yet)."""
+        """One request after another (the batch command; the server batches through :meth:`batch_decoder`)."""
         for request in requests:
             done: Done | None = None
             try:

@@ -153,6 +153,7 @@ def list_models(json_output: o.JsonOpt = False) -> None:
             else entry["files"][0]["path"],
             "present": present,
         })  # fmt: skip
+    rows += _packaged_rows()
     for gguf in sorted((store_dir() / "embedded").glob("*.gguf")):
         stat = gguf.stat()
         rows.append({
@@ -167,6 +168,26 @@ def list_models(json_output: o.JsonOpt = False) -> None:
         render.note("no models yet: `llmrun pull NAME`, or `llmrun run` the embedded gemma3:270m")
         return
     render.models_table(rows)
+
+
+def _packaged_rows() -> list[dict[str, Any]]:
+    """Models that installed PyPI packages carry (models.toml ``package``), as they lie on disk."""
+    from llmrun.config import load_registry, store_dir
+    from llmrun.packaged import on_disk
+
+    rows = []
+    for entry in load_registry().models.values():
+        path = on_disk(entry.name, entry.package, store_dir() / "packaged") if entry.package else None
+        if entry.package is None or path is None:
+            continue
+        stat = path.stat()
+        rows.append({
+            "name": entry.name, "format": "gguf" if path.suffix == ".gguf" else "safetensors",
+            "repo": f"(package {entry.package.install})", "files": [path.name], "size": stat.st_size,
+            "pulled": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stat.st_mtime)),
+            "path": str(path), "present": True,
+        })  # fmt: skip
+    return rows
 
 
 def rm(

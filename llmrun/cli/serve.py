@@ -183,9 +183,7 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
         if not isinstance(s, Served):
             render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
             continue
-        how = (
-            f"{config.parallel} in parallel" if s.scheduler.batching else "one at a time (no batching on this backend)"
-        )
+        how = f"{config.parallel} in parallel" if s.scheduler.batching else f"one at a time ({s.scheduler.unbatched})"
         render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")

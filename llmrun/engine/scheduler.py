@@ -8,8 +8,10 @@ joins the running batch as soon as a slot is free (no waiting for the others to
 finish) and :meth:`Ticket.cancel` frees its slot before the next decode step.
 
 GGUF models decode up to ``parallel`` sequences in one llama.cpp batch
-(:class:`~llmrun.backends.gguf_batch.BatchDecoder`); a backend without batching
-(MLX) runs them one at a time through :class:`SequentialDecoder`.
+(:class:`~llmrun.backends.gguf_batch.BatchDecoder`), MLX models through mlx-lm's
+BatchGenerator (:class:`~llmrun.backends.mlx_batch.MlxBatchDecoder`); a backend
+without batching, or settings it cannot batch, run one at a time through
+:class:`SequentialDecoder`.
 """
 
 from __future__ import annotations
@@ -134,8 +136,8 @@ class Scheduler:
         self.parallel = parallel
         self.n_ctx_seq = n_ctx_seq
         self.max_queue = max_queue
-        self.batching = getattr(entry.model, "batch_decoder", None) is not None and parallel > 1
         self._decoder = self._new_decoder()
+        self.batching = not isinstance(self._decoder, SequentialDecoder)
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, Ticket] = {}
         self._cancelled: list[Ticket] = []
@@ -146,10 +148,20 @@ class Scheduler:
         self._thread.start()
 
     def _new_decoder(self) -> Decoder:
-        batch: Callable[..., Decoder] | None = getattr(self.entry.model, "batch_decoder", None)
+        batch: Callable[..., Decoder | None] | None = getattr(self.entry.model, "batch_decoder", None)
+        decoder = None
         if batch is not None and self.parallel > 1:
-            return batch(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
-        return SequentialDecoder(self.entry.model)
+            decoder = batch(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
+        return decoder if decoder is not None else SequentialDecoder(self.entry.model)
+
+    @property
+    def unbatched(self) -> str:
+        """Why requests run one at a time here ('' when they are batched)."""
+        if self.batching:
+            return ""
+        if self.parallel == 1:
+            return "--parallel 1"
+        return getattr(self.entry.model, "batch_unsupported", None) or "this backend does not batch"
 
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:

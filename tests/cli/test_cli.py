@@ -240,7 +240,7 @@ def test_a_damaged_model_index_is_one_line_and_other_models_keep_working(gemma: 
     index.write_text(content)
     code, out, err = invoke(["list", "--json"])
     assert code == 0 and f"the model index {index}" in err and "delete it" in err
-    assert [row["repo"] for row in json.loads(out)] == ["(embedded package)"]  # still listed
+    assert "(embedded package)" in [row["repo"] for row in json.loads(out)]  # still listed
     code, out, err = invoke(["show", "gemma3:270m", "--json"])  # resolves through models.toml
     assert code == 0 and json.loads(out)["architecture"] == "gemma3", err
     for args in (["rm", "-y", "mine"], ["show", "my-own-quant"]):  # names only the index could hold
@@ -260,10 +260,11 @@ def test_list_piped_is_one_line_per_model(monkeypatch: pytest.MonkeyPatch) -> No
     (home / "index.json").write_text(json.dumps({"version": 1, "models": dict.fromkeys(names, entry)}))
     monkeypatch.delenv("COLUMNS", raising=False)
     lines = llmrun(["list"]).stdout.splitlines()  # a pipe, not a terminal
-    assert len(lines) == 3 and lines[1].startswith(names[0] + " ") and lines[1].rstrip().endswith(str(long_path))
-    assert [line.split()[0] for line in lines] == ["name", *names]
+    rows = {line.split()[0]: line.rstrip() for line in lines[1:]}
+    models = len(json.loads(llmrun(["list", "--json"]).stdout))
+    assert len(lines) == 1 + models and set(names) <= set(rows) and rows[names[0]].endswith(str(long_path))
     narrow = llmrun(["list"], env={"COLUMNS": "60"}).stdout.splitlines()
-    assert len(narrow) > 3 and max(len(line.rstrip()) for line in narrow) <= 60  # COLUMNS is honoured
+    assert len(narrow) > len(lines) and max(len(line.rstrip()) for line in narrow) <= 60  # COLUMNS is honoured
 
 
 def test_doctor_reports_versions_paths_and_problems_with_fixes() -> None:

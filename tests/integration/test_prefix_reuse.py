@@ -13,6 +13,7 @@ import pytest
 from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.sampling import SamplingParams
+from tests.helpers import agree_up_to_rounding
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +23,6 @@ STORY = (
     "whatever the weather and whatever the news from the town below."
 )
 GREEDY = SamplingParams(temperature=0, max_tokens=16)
-ROUNDING = 0.5  # cells computed in another batch shape move log-probabilities by up to ~0.3 here
 TOP = 5
 
 
@@ -53,18 +53,6 @@ def fresh(model: GgufModel, ids: list[int]) -> list[Token]:
         decoder.close()
 
 
-def assert_same_answer(cached: list[Token], uncached: list[Token]) -> None:
-    """Token by token: the same log-probabilities within rounding, and the same choice until the
-    uncached answer meets a near-tie (its top two within rounding), where they may part."""
-    for got, want in zip(cached, uncached, strict=True):
-        wanted = {c.id: c.logprob for c in want.top}
-        shared = [c for c in got.top if c.id in wanted]
-        assert len(shared) >= TOP - 1 and all(abs(c.logprob - wanted[c.id]) < ROUNDING for c in shared)
-        if got.id != want.id:
-            assert want.top[0].logprob - want.top[1].logprob < ROUNDING, "parted where the choice was clear"
-            return
-
-
 def test_a_slots_next_request_evaluates_only_what_is_new(model: GgufModel) -> None:
     story = model.tokenize(STORY, add_bos=True)
     decoder = model.batch_decoder(1, 1024, reuse_prefix=True)
@@ -75,20 +63,20 @@ def test_a_slots_next_request_evaluates_only_what_is_new(model: GgufModel) -> No
 
         again, done = answer(decoder, story)  # the same prompt: all but its last token is kept
         assert done.stats.cached_tokens == len(story) - 1
-        assert_same_answer(again, generated)
+        agree_up_to_rounding(again, generated)
 
         # the next turn of a conversation: the prompt, the answer as it was fed back, and more
         follow = story + [t.id for t in generated][:-1] + model.tokenize(" Then one winter night")
         turn, done = answer(decoder, follow)
         assert done.stats.cached_tokens == len(story) + len(generated) - 1
         assert done.stats.prompt_tokens == len(follow)
-        assert_same_answer(turn, fresh(model, follow))
+        agree_up_to_rounding(turn, fresh(model, follow))
 
         # a different prompt keeps only the shared beginning (BOS)
         other = model.tokenize("Water boils at", add_bos=True)
         unrelated, done = answer(decoder, other)
         assert done.stats.cached_tokens == 1
-        assert_same_answer(unrelated, fresh(model, other))
+        agree_up_to_rounding(unrelated, fresh(model, other))
     finally:
         decoder.close()
 
@@ -107,7 +95,7 @@ def test_a_request_goes_to_the_slot_that_holds_most_of_it(model: GgufModel) -> N
             longer = ids + model.tokenize(" and so")
             tokens, done = answer(decoder, longer)
             assert done.stats.cached_tokens >= len(ids)  # its own slot, not the other one
-            assert_same_answer(tokens, fresh(model, longer))
+            agree_up_to_rounding(tokens, fresh(model, longer))
     finally:
         decoder.close()
 
