@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,7 +96,11 @@ def main() -> None:
                 results[kind] += conversation(url, name)
             finally:
                 process.terminate()
-                process.wait(timeout=30)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # llama-server can linger on SIGTERM
+                    process.kill()
+                    process.wait()
     medians = {kind: statistics.median(values) for kind, values in results.items()}
     base = medians["llmrun --no-prompt-cache"]
     print(f"time to first token, turns 2-{len(QUESTIONS)} of a conversation after a ~1,300-token preamble")
