@@ -63,7 +63,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def reusable(kept: Sequence[int], ids: Sequence[int]) -> int:
     """How many of ``ids`` can come from the cells holding ``kept``: their common prefix, less
     one when that is all of ``ids`` (the last prompt token is evaluated for its logits)."""
-    return min(common_prefix(kept, ids), len(ids) - 1)
+    return max(0, min(common_prefix(kept, ids), len(ids) - 1))
 
 
 def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:

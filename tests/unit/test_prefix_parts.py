@@ -15,7 +15,7 @@ def test_the_last_prompt_token_is_always_evaluated() -> None:
     assert reusable([1, 2, 3, 9, 9], [1, 2, 3, 4]) == 3
     assert reusable([1, 2, 3, 4], [1, 2, 3, 4]) == 3  # the same prompt: its logits come from its last token
     assert reusable([1, 2, 3, 4, 5], [1, 2]) == 1
-    assert reusable([7], [1, 2]) == 0
+    assert reusable([7], [1, 2]) == 0 and reusable([1], []) == 0
 
 
 def test_a_sliding_window_cache_must_still_hold_the_window() -> None:
