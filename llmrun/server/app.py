@@ -314,7 +314,7 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
         **head,
         "object": "chat.completion" if chat else "text_completion",
         "choices": choices,
-        "usage": api.usage(results),
+        "usage": api.usage(results, call.n),
     }
     return JSONResponse(body)
 
@@ -377,7 +377,7 @@ async def _stream(
     chunk when asked, then [DONE]; an error mid-stream is an error object, and the stream ends."""
     kind = "chat.completion.chunk" if chat else "text_completion"
     remaining = len(call.requests)
-    results: list[Result] = []
+    results: dict[int, Result] = {}
     first = True
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
@@ -408,14 +408,14 @@ async def _stream(
                 return
             if isinstance(event, Result):
                 remaining -= 1
-                results.append(event)
+                results[index] = event
                 _count(metrics, event, started)
                 yield chunk([choice(index, None if chat else "", api.FINISH[event.finish_reason])])
                 continue
             if event.text:
                 yield chunk([choice(index, event.text, None, _token_logprobs(event, call.logprobs, chat))])
         if call.include_usage:
-            yield chunk([], usage=api.usage(results))
+            yield chunk([], usage=api.usage([results[i] for i in sorted(results)], call.n))
         yield "[DONE]"
     finally:
         _cancel(tickets)

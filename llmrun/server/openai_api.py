@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,7 @@ class Call:
     stream: bool
     include_usage: bool
     logprobs: int | None  # None: not asked; else the alternatives per token
+    n: int = 1  # choices per prompt: requests are each prompt's n choices in turn
 
 
 def _check_fields(body: Any, allowed: set[str]) -> dict[str, Any]:
@@ -235,7 +237,7 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     messages = parse_messages(body.get("messages"), limits)
     per_token = max(int(top or 0), 1) if want else 0
     requests = tuple(Request(messages=messages, params=_seeded(params, i), logprobs=per_token) for i in range(n))
-    return Call(body["model"], requests, stream, include_usage, alternatives)
+    return Call(body["model"], requests, stream, include_usage, alternatives, n)
 
 
 def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
@@ -268,17 +270,19 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
         for p in prompts
         for i in range(n)
     )
-    return Call(body["model"], requests, stream, include_usage, logprobs)
+    return Call(body["model"], requests, stream, include_usage, logprobs, n)
 
 
 # --- responses ------------------------------------------------------------------------
 
 
-def usage(results: list[Result]) -> dict[str, Any]:
-    """OpenAI's usage object; ``cached_tokens`` counts prompt tokens an earlier request's KV cells held."""
-    prompt = sum(r.prompt_tokens for r in results)
+def usage(results: Sequence[Result], n: int = 1) -> dict[str, Any]:
+    """OpenAI's usage object for ``results`` in choice order, ``n`` choices per prompt: each prompt
+    counts once, as OpenAI counts it; ``cached_tokens`` are those an earlier request's KV cells held."""
+    firsts = results[::n]
+    prompt = sum(r.prompt_tokens for r in firsts)
     completion = sum(r.generated_tokens for r in results)
-    cached = sum(r.cached_tokens for r in results)
+    cached = sum(r.cached_tokens for r in firsts)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -120,6 +120,12 @@ def test_finish_reasons_and_usage() -> None:
     }
     cached = dataclasses.replace(results[0], cached_tokens=4)
     assert api.usage([cached])["prompt_tokens_details"] == {"cached_tokens": 4}
+    # n choices of one prompt: the prompt counts once, every choice's tokens count
+    two = api.usage([cached, results[0]], n=2)
+    assert two["prompt_tokens"] == 5 and two["completion_tokens"] == 6
+    assert two["prompt_tokens_details"]["cached_tokens"] == 4
+    two_prompts = api.usage([result("eos", 5, 1), result("eos", 5, 1), result("eos", 9, 1), result("eos", 9, 1)], n=2)
+    assert two_prompts["prompt_tokens"] == 14 and two_prompts["total_tokens"] == 18
     assert [api.chat_choice(i, r, None)["finish_reason"] for i, r in enumerate(results)] == ["stop", "length"]
     assert api.completion_choice(0, results[0], None) == {
         "index": 0,
