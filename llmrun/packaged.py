@@ -57,13 +57,15 @@ def ensure_packaged(
 
 
 def on_disk(name: str, source: PackageSource, directory: Path) -> Path | None:
-    """Where model ``name`` lies now, doing nothing: the package's GGUF, its conversion once made,
-    or the package's weights before that (None: the package is not installed)."""
+    """The GGUF of model ``name`` once llmrun has used it — the package's file, checked, or its
+    conversion — doing nothing; None before that, or when the package is not installed."""
     found = locate(source)
-    if found is None or source.convert is None:
-        return found
-    target = _target(name, source, directory)
-    return target if target.is_file() else found / WEIGHTS
+    if found is None:
+        return None
+    if source.convert is not None:
+        target = _target(name, source, directory)
+        return target if target.is_file() else None
+    return found if (directory / "checks" / f"{_safe(name)}.json").is_file() else None
 
 
 def _target(name: str, source: PackageSource, directory: Path) -> Path:

@@ -171,7 +171,7 @@ def list_models(json_output: o.JsonOpt = False) -> None:
 
 
 def _packaged_rows() -> list[dict[str, Any]]:
-    """Models that installed PyPI packages carry (models.toml ``package``), as they lie on disk."""
+    """Models that installed PyPI packages carry (models.toml ``package``), once llmrun has used them."""
     from llmrun.config import load_registry, store_dir
     from llmrun.packaged import on_disk
 
@@ -182,7 +182,7 @@ def _packaged_rows() -> list[dict[str, Any]]:
             continue
         stat = path.stat()
         rows.append({
-            "name": entry.name, "format": "gguf" if path.suffix == ".gguf" else "safetensors",
+            "name": entry.name, "format": "gguf",
             "repo": f"(package {entry.package.install})", "files": [path.name], "size": stat.st_size,
             "pulled": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stat.st_mtime)),
             "path": str(path), "present": True,

