@@ -54,8 +54,8 @@ def agree_up_to_rounding(got: Sequence[Any], want: Sequence[Any], rounding: floa
     assert got and want
     for mine, theirs in zip(got, want, strict=False):
         wanted = {c.id: c.logprob for c in theirs.top}
-        shared = [c for c in mine.top if c.id in wanted]
-        assert len(shared) >= len(theirs.top) - 1, "different candidates"
+        shared = [c for c in mine.top if c.id in wanted]  # the tails of near-equal candidates may swap
+        assert theirs.top[0].id in {c.id for c in shared}, "the uncached choice is not among the candidates"
         assert all(abs(c.logprob - wanted[c.id]) < rounding for c in shared), (mine.top, theirs.top)
         if mine.id != theirs.id:
             assert theirs.top[0].logprob - theirs.top[1].logprob < rounding, "parted where the choice was clear"

@@ -160,7 +160,7 @@ class Scheduler:
         if self.batching:
             return ""
         if self.parallel == 1:
-            return "--parallel 1"
+            return "`parallel` 1"
         return getattr(self.entry.model, "batch_unsupported", None) or "this backend does not batch"
 
     # --- callers' side (any thread) ---------------------------------------------------
