@@ -24,6 +24,7 @@ from llmrun.pipeline import conversation_ids
 from llmrun.sampling import SamplingParams
 from llmrun.store import SAFE_NAME, atomic_write_text
 from llmrun.template import Message
+from llmrun.tokens import common_prefix
 
 OnOverflow = Literal["drop", "error"]
 SAVE_VERSION = 1
@@ -136,7 +137,7 @@ class ChatSession:
             dropped += 1
 
     def _generate(self, ids: list[int], dropped: int) -> Generator[Token | Done, None, None]:
-        cached = _common_prefix(self._cached, ids)
+        cached = common_prefix(self._cached, ids)
         parts: list[str] = []
         generated: list[int] = []
         done: Done | None = None
@@ -224,15 +225,6 @@ class ChatSession:
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc.strerror}", "check the path and permissions") from exc
         return path
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _check_name(name: str) -> str:

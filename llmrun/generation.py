@@ -11,11 +11,11 @@ they stop and count alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats, Token
-from llmrun.errors import ContextFull
+from llmrun.errors import ContextFull, LlmrunError
 from llmrun.sampling import SamplingParams, log_softmax, top_indices
 from llmrun.textstream import StopMatcher, Utf8Stream
 
@@ -73,6 +73,23 @@ class Assembler:
         self.finish: FinishReason | None = None
         self.started = time.perf_counter()
         self.first = self.last = self.started
+
+    @classmethod
+    def for_request(
+        cls,
+        piece: Callable[[int], bytes],
+        is_end: Callable[[int], bool],
+        ids: Sequence[int],
+        n_ctx: int,
+        params: SamplingParams,
+        seed: int | None,
+    ) -> Assembler | LlmrunError:
+        """The assembler of one batched request, or the error that keeps it from running (its prompt
+        does not fit) — a batch decoder reports that request and goes on."""
+        try:
+            return cls(piece, is_end, prompt_tokens=len(ids), n_ctx=n_ctx, params=params, seed=seed)
+        except LlmrunError as exc:
+            return exc
 
     def push(self, token_id: int, score: Scorer | None = None) -> Token | None:
         """Account for one sampled token; the Token to show, or None when it ended generation."""

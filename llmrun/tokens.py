@@ -41,3 +41,19 @@ def spans(ids: Sequence[int], piece: Callable[[int], bytes]) -> list[Span]:
 def visible(text: str) -> str:
     """Whitespace made visible, for a token table."""
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") if text.strip() != text or not text else text
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def reusable(kept: Sequence[int], ids: Sequence[int]) -> int:
+    """How many of ``ids`` can come from the cells holding ``kept``: their common prefix, less
+    one when that is all of ``ids`` (the last prompt token is evaluated for its logits)."""
+    return max(0, min(common_prefix(kept, ids), len(ids) - 1))

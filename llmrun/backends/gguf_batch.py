@@ -31,6 +31,7 @@ from llmrun.backends.gguf import sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
 from llmrun.memory import N_BATCH
+from llmrun.tokens import common_prefix, reusable
 
 if TYPE_CHECKING:
     from llmrun.backends.gguf import GgufModel
@@ -48,22 +49,6 @@ class _Slot:
     sample_at: int | None = None  # batch index whose logits this slot samples from
     logprobs: int = 0  # alternatives to report with each token
     cached: list[int] = field(default_factory=list)  # the tokens in this sequence's KV cells, from position 0
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def reusable(kept: Sequence[int], ids: Sequence[int]) -> int:
-    """How many of ``ids`` can come from the cells holding ``kept``: their common prefix, less
-    one when that is all of ``ids`` (the last prompt token is evaluated for its logits)."""
-    return max(0, min(common_prefix(kept, ids), len(ids) - 1))
 
 
 def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
@@ -142,17 +127,11 @@ class BatchDecoder:
         cannot run (its prompt does not fit)."""
         seq = self._choose(request.ids)
         seed = request.params.run_seed()
-        try:
-            assembler = Assembler(
-                self.model.piece,
-                self.model.is_end,
-                prompt_tokens=len(request.ids),
-                n_ctx=self.n_ctx_seq,
-                params=request.params,
-                seed=seed,
-            )
-        except LlmrunError as exc:
-            return exc
+        assembler = Assembler.for_request(
+            self.model.piece, self.model.is_end, request.ids, self.n_ctx_seq, request.params, seed
+        )
+        if isinstance(assembler, LlmrunError):
+            return assembler
         reused = self._keep(seq, request.ids)
         assembler.cached_tokens = reused
         window = self.n_ctx_seq if request.params.repeat_last_n == -1 else request.params.repeat_last_n

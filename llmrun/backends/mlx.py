@@ -20,6 +20,7 @@ from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, Lo
 from llmrun.errors import BackendError, ContextFull, LlmrunError
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
+from llmrun.tokens import reusable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -202,12 +203,7 @@ class MlxModel:
         """Reuse the cached prefix of ``ids``; returns how many leading tokens are already in the cache."""
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
-        keep = 0
-        for held, new in zip(self._held, ids, strict=False):
-            if held != new:
-                break
-            keep += 1
-        keep = min(keep, len(ids) - 1)  # the last prompt token must be evaluated for its logits
+        keep = reusable(self._held, ids)  # the last prompt token is always evaluated, for its logits
         if self._cache is not None and keep > 0:
             surplus = len(self._held) - keep
             if surplus == 0 or (can_trim_prompt_cache(self._cache) and trim_prompt_cache(self._cache, surplus)):

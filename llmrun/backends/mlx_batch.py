@@ -59,17 +59,11 @@ class MlxBatchDecoder:
         from llmrun.backends.mlx import make_processors, make_sampler
 
         seed = request.params.run_seed()
-        try:
-            assembler = Assembler(
-                self.model.token_bytes,
-                self.model.is_end,
-                prompt_tokens=len(request.ids),
-                n_ctx=self.n_ctx_seq,
-                params=request.params,
-                seed=seed,
-            )
-        except LlmrunError as exc:
-            return exc
+        assembler = Assembler.for_request(
+            self.model.token_bytes, self.model.is_end, request.ids, self.n_ctx_seq, request.params, seed
+        )
+        if isinstance(assembler, LlmrunError):
+            return assembler
         ids = list(request.ids)
         [uid] = self._generator.insert(
             [ids],

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llmrun.backends.gguf_batch import common_prefix, reusable, window_intact
+from llmrun.backends.gguf_batch import window_intact
+from llmrun.tokens import common_prefix, reusable
 
 
 def test_common_prefix() -> None:
