@@ -84,12 +84,16 @@ class ServerState:
             found = self._served.get(name)
             if found is not None:
                 return found
-            if not operator and name not in self.config.models:  # -m names stay servable once unloaded
-                _check_client_name(name)
+            self._check_name(name, operator)
             served = self._load(name)
             self._served[name] = served
             self._served[served.name] = served
             return served
+
+    def _check_name(self, name: str, operator: bool) -> None:
+        """A client's name must not be a path or URL; the operator's (-m) may, and stay servable once unloaded."""
+        if not operator and name not in self.config.models:
+            _check_client_name(name)
 
     def names(self) -> list[str]:
         """Every model name this server answers to now or will load: what /v1/models lists."""
@@ -109,8 +113,7 @@ class ServerState:
             found = self._embeddings.get(name)
             if found is not None:
                 return found
-            if not operator and name not in self.config.models:  # -m names stay servable once unloaded
-                _check_client_name(name)
+            self._check_name(name, operator)
             model = embedding_model(load_registry(), name)
             loaded = Embedding(model.name, model.open())
             self._embeddings[name] = self._embeddings[loaded.name] = loaded
