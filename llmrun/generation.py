@@ -22,6 +22,8 @@ from llmrun.textstream import StopMatcher, Utf8Stream
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from llmrun.structured.grammar import Constraint
+
 Scorer = Callable[[int], tuple[float, tuple[Candidate, ...]]]
 
 
@@ -59,8 +61,11 @@ class Assembler:
         n_ctx: int,
         params: SamplingParams,
         seed: int | None,
+        constraint: Constraint | None = None,
     ) -> None:
         self.limit, self._limit_reason = token_budget(prompt_tokens, n_ctx, params)
+        self.constraint = constraint
+        self._ids: list[int] = []  # the answer's tokens (what a constraint must have seen at the end)
         self._piece = piece
         self._is_end = is_end
         self._utf8 = Utf8Stream()
@@ -83,11 +88,14 @@ class Assembler:
         n_ctx: int,
         params: SamplingParams,
         seed: int | None,
+        constraint: Constraint | None = None,
     ) -> Assembler | LlmrunError:
         """The assembler of one batched request, or the error that keeps it from running (its prompt
         does not fit) — a batch decoder reports that request and goes on."""
         try:
-            return cls(piece, is_end, prompt_tokens=len(ids), n_ctx=n_ctx, params=params, seed=seed)
+            return cls(
+                piece, is_end, prompt_tokens=len(ids), n_ctx=n_ctx, params=params, seed=seed, constraint=constraint
+            )
         except LlmrunError as exc:
             return exc
 
@@ -100,6 +108,8 @@ class Assembler:
         if self._is_end(token_id):
             self.finish = "eos"
             return None
+        if self.constraint is not None:
+            self._ids.append(token_id)
         text = self._stops.feed(self._utf8.feed(self._piece(token_id)))
         self._parts.append(text)
         if self._stops.stopped_by is not None:
@@ -125,8 +135,21 @@ class Assembler:
             seed=self.seed,
             stop_string=self._stops.stopped_by,
             cached_tokens=self.cached_tokens,
+            valid=self._valid(),
         )
         return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
+
+
+    def _valid(self) -> bool | None:
+        """Constrained output: whether the answer is whole under its format. The model ended it where
+        the grammar allowed, or the grammar allows nothing more; an answer cut by ``max_tokens``, the
+        context or a stop string is not whole, even when its text so far parses (``123`` of ``12345``)."""
+        if self.constraint is None:
+            return None
+        self.constraint.catch_up(self._ids)
+        if self.finish == "eos":
+            return self.constraint.complete
+        return self.finish != "stop" and self.constraint.finished
 
 
 def assemble(
@@ -140,14 +163,18 @@ def assemble(
     seed: int | None,
     score: Scorer | None = None,
     cached_tokens: int = 0,
+    constraint: Constraint | None = None,
 ) -> Iterator[Token | Done]:
     """Drive an :class:`Assembler` from a backend's token iterator.
 
     ``score(token_id)`` (when given) is called as each token arrives, before the
     backend moves on, and returns its log-probability and the top alternatives.
-    ``cached_tokens`` of the prompt were already in the backend's cache.
+    ``cached_tokens`` of the prompt were already in the backend's cache; ``constraint`` is the
+    format the backend constrained the tokens to (its state says whether the answer is whole).
     """
-    assembler = Assembler(piece, is_end, prompt_tokens=prompt_tokens, n_ctx=n_ctx, params=params, seed=seed)
+    assembler = Assembler(
+        piece, is_end, prompt_tokens=prompt_tokens, n_ctx=n_ctx, params=params, seed=seed, constraint=constraint
+    )
     assembler.cached_tokens = cached_tokens
     try:
         for token_id in sampled:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from llmrun.errors import InvalidParameter, LlmrunError, UsageError
 from llmrun.sampling import SamplingParams
@@ -19,6 +19,8 @@ from llmrun.sampling import SamplingParams
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+    from llmrun.structured.grammar import Constraint
 
 FinishReason = Literal["eos", "stop", "length", "context"]
 KvType = Literal["f16", "q8_0", "q4_0"]
@@ -85,6 +87,7 @@ class GenerationStats:
     seed: int | None  # the seed actually used (None for greedy)
     stop_string: str | None = None
     cached_tokens: int = 0  # prompt tokens whose KV cells were kept from an earlier request, not evaluated
+    valid: bool | None = None  # constrained output: whether the text is complete under its format
 
     @property
     def prompt_tps(self) -> float:
@@ -109,6 +112,7 @@ class BatchRequest:
     index: int  # the caller's key, returned with the outcome
     ids: list[int]
     params: SamplingParams
+    constraint: Constraint | None = None  # the format the answer must follow (structured output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +147,9 @@ class LoadedModel(Protocol):
     @property
     def adds_bos(self) -> bool: ...
 
-    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]: ...
+    def stream(
+        self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
+    ) -> Iterator[Token | Done]: ...
 
     def close(self) -> None: ...
 
@@ -176,6 +182,14 @@ class GeneratesBatch(Protocol):
     ) -> Generator[BatchOutcome, None, None]: ...
 
 
+@runtime_checkable
+class Constrains(Protocol):
+    """Constrained decoding (structured output): the model's vocabulary as llguidance reads it, built
+    once per loaded model; its ``stream`` and batch decoder apply a request's constraint."""
+
+    def grammar_tokenizer(self) -> Any: ...
+
+
 def with_logits(model: object, what: str) -> Logits:
     """``model`` as :class:`Logits`, or one line saying what its backend cannot do."""
     if not isinstance(model, Logits):
@@ -185,6 +199,12 @@ def with_logits(model: object, what: str) -> Logits:
 
 def evaluating(model: object, what: str) -> Evaluates:
     if not isinstance(model, Evaluates):
+        raise _cannot(what)
+    return model
+
+
+def constraining(model: object, what: str) -> Constrains:
+    if not isinstance(model, Constrains):
         raise _cannot(what)
     return model
 

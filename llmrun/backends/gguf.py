@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from llmrun.structured.grammar import Constraint
+
 
 def sampler_kwargs(params: SamplingParams) -> dict[str, Any]:
     """``Llama.generate`` keyword arguments for ``params`` (the seed and window are set apart)."""
@@ -78,6 +80,17 @@ def sampler_chain(params: SamplingParams, seed: int, n_vocab: int, window: int) 
     return chain
 
 
+def _masker(constraint: Constraint) -> Callable[[Any, Any], Any]:
+    """A llama-cpp-python logits processor: called with the tokens so far before each sampled token."""
+
+    def process(input_ids: Any, logits: Any) -> Any:
+        constraint.follow(input_ids)
+        constraint.mask(logits)
+        return logits
+
+    return process
+
+
 def gpu_offload_supported() -> bool:
     import llama_cpp
 
@@ -97,6 +110,7 @@ class GgufModel:
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self.path = path
         self.n_ctx = params.n_ctx
+        self._grammar_tokenizer: Any = None
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -143,12 +157,16 @@ class GgufModel:
         return bool(self.llama._model.add_bos_token())
 
     # --- generation -----------------------------------------------------------
-    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
+    def stream(
+        self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
+    ) -> Iterator[Token | Done]:
         seed = params.run_seed()
         self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
         self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window
-        sampled = self.llama.generate(list(ids), reset=True, **sampler_kwargs(params))
+        # a constraint masks the logits first in the sampler chain (llama-cpp-python's custom sampler)
+        processors = [_masker(constraint)] if constraint is not None else None
+        sampled = self.llama.generate(list(ids), reset=True, logits_processor=processors, **sampler_kwargs(params))
         yield from assemble(
             sampled,
             self.piece,
@@ -158,7 +176,19 @@ class GgufModel:
             params=params,
             seed=seed,
             score=self._scorer(logprobs) if logprobs > 0 else None,
+            constraint=constraint,
         )
+
+    def grammar_tokenizer(self) -> Any:
+        """The vocabulary as llguidance reads it (control tokens marked special; every end-of-generation
+        token ends a constrained answer); built on first use, about 2 s for Gemma's 262k tokens."""
+        if self._grammar_tokenizer is None:
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            n_vocab = int(self.llama.n_vocab())
+            ends = [i for i in range(n_vocab) if self.is_end(i)]
+            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=n_vocab, eos_token=ends)
+        return self._grammar_tokenizer
 
     def _scorer(self, n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
         """Reads the logits the token was just sampled from (before the next forward pass)."""

@@ -128,7 +128,7 @@ class BatchDecoder:
         seq = self._choose(request.ids)
         seed = request.params.run_seed()
         assembler = Assembler.for_request(
-            self.model.piece, self.model.is_end, request.ids, self.n_ctx_seq, request.params, seed
+            self.model.piece, self.model.is_end, request.ids, self.n_ctx_seq, request.params, seed, request.constraint
         )
         if isinstance(assembler, LlmrunError):
             return assembler
@@ -171,7 +171,12 @@ class BatchDecoder:
         for seq, slot in enumerate(self._slots):
             if slot is None or slot.sample_at is None:
                 continue
+            constraint = slot.assembler.constraint
+            if constraint is not None:  # llama.cpp's sampler reads the logits we mask in place
+                constraint.mask(self._logits(slot.sample_at))
             token_id = slot.sampler.sample(self._ctx, slot.sample_at)
+            if constraint is not None:
+                constraint.accept(token_id)
             token = slot.assembler.push(token_id, self._scorer(slot) if slot.logprobs else None)
             slot.last = token_id
             if token is not None:
@@ -209,13 +214,17 @@ class BatchDecoder:
         return ([(index, tail)] if tail is not None else []) + [(index, done)]
 
     def _scorer(self, slot: _Slot) -> Any:
-        import numpy as np
-
         from llmrun.generation import score
 
         assert slot.sample_at is not None
-        row = np.ctypeslib.as_array(self._ctx.get_logits_ith(slot.sample_at), shape=(self._n_vocab,))
+        row = self._logits(slot.sample_at)
         return lambda token_id: score(row, token_id, slot.logprobs, self.model.piece)
+
+    def _logits(self, index: int) -> Any:
+        """The logits row of batch position ``index`` (a view of llama.cpp's buffer)."""
+        import numpy as np
+
+        return np.ctypeslib.as_array(self._ctx.get_logits_ith(index), shape=(self._n_vocab,))
 
 
 def _fill(b: Any, slots: list[_Slot | None]) -> None:

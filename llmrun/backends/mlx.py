@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from llmrun.structured.grammar import Constraint
+
 KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
 KV_GROUP_SIZE = 64
 PREFILL_STEP = 512
@@ -64,8 +66,23 @@ def make_sampler(params: SamplingParams, vocab_size: int, *, seed: int | None = 
     return sample
 
 
-def make_processors(params: SamplingParams, n_ctx: int, prompt_length: int) -> list[Callable[[Any, Any], Any]]:
-    """Penalty processors over the generated tokens only, as the GGUF backend applies them."""
+def make_processors(
+    params: SamplingParams, n_ctx: int, prompt_length: int, constraint: Constraint | None = None
+) -> list[Callable[[Any, Any], Any]]:
+    """Penalty processors over the generated tokens only, as the GGUF backend applies them; then the
+    constraint's mask (mlx-lm calls processors once before each sampled token, with the tokens so far)."""
+    masks: list[Callable[[Any, Any], Any]] = []
+    if constraint is not None:
+
+        def mask(tokens: Any, logits: Any) -> Any:
+            constraint.follow(tokens)
+            return constraint.mask_mlx(logits)
+
+        masks.append(mask)
+    return _penalties(params, n_ctx, prompt_length) + masks
+
+
+def _penalties(params: SamplingParams, n_ctx: int, prompt_length: int) -> list[Callable[[Any, Any], Any]]:
     from mlx_lm.sample_utils import make_logits_processors
 
     window = n_ctx if params.repeat_last_n == -1 else params.repeat_last_n
@@ -121,6 +138,7 @@ class MlxModel:
         self._cache: list[Any] | None = None
         self._held: list[int] = []  # the tokens the cache holds, in order
         self.reused = 0  # prompt tokens the last stream took from the cache instead of evaluating
+        self._grammar_tokenizer: Any = None
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -184,6 +202,17 @@ class MlxModel:
     def vocab_size(self) -> int:
         return int(self.config.get("vocab_size") or len(self.tokenizer))
 
+    def grammar_tokenizer(self) -> Any:
+        """The vocabulary as llguidance reads it (from the fast tokenizer; every end-of-generation
+        token ends a constrained answer), built on first use."""
+        if self._grammar_tokenizer is None:
+            from llguidance.hf import from_tokenizer
+
+            self._grammar_tokenizer = from_tokenizer(
+                self.tokenizer, n_vocab=self.vocab_size, eos_token=sorted(self._eog)
+            )
+        return self._grammar_tokenizer
+
     # --- the KV cache -----------------------------------------------------------
     def _new_cache(self) -> list[Any]:
         """mlx-lm's cache for the model, with --max-kv-size and --kv-bits applied where mlx-lm can."""
@@ -229,7 +258,9 @@ class MlxModel:
             mx.eval(out)
 
     # --- generation -----------------------------------------------------------
-    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
+    def stream(
+        self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
+    ) -> Iterator[Token | Done]:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
 
@@ -247,7 +278,7 @@ class MlxModel:
                 self.model,
                 max_tokens=-1,
                 sampler=make_sampler(params, self.vocab_size),
-                logits_processors=make_processors(params, self.n_ctx, len(suffix)),
+                logits_processors=make_processors(params, self.n_ctx, len(suffix), constraint),
                 prompt_cache=self._cache,
                 prefill_step_size=PREFILL_STEP,
             )
@@ -270,6 +301,7 @@ class MlxModel:
             seed=seed,
             score=self._scorer(last, logprobs) if logprobs > 0 else None,
             cached_tokens=start,
+            constraint=constraint,
         )
 
     def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:

@@ -59,8 +59,9 @@ class MlxBatchDecoder:
         from llmrun.backends.mlx import make_processors, make_sampler
 
         seed = request.params.run_seed()
+        model = self.model
         assembler = Assembler.for_request(
-            self.model.token_bytes, self.model.is_end, request.ids, self.n_ctx_seq, request.params, seed
+            model.token_bytes, model.is_end, request.ids, self.n_ctx_seq, request.params, seed, request.constraint
         )
         if isinstance(assembler, LlmrunError):
             return assembler
@@ -69,7 +70,7 @@ class MlxBatchDecoder:
             [ids],
             max_tokens=[assembler.limit],
             samplers=[make_sampler(request.params, self.model.vocab_size, seed=seed)],
-            logits_processors=[make_processors(request.params, self.n_ctx_seq, len(ids))],
+            logits_processors=[make_processors(request.params, self.n_ctx_seq, len(ids), request.constraint)],
         )
         self._running[uid] = _Sequence(request.index, assembler, logprobs)
         return None

@@ -47,6 +47,8 @@ FLAGS = {
     "imatrix": "--imatrix",
     "allow_requantize": "--allow-requantize",
     "format": "--format",
+    "schema": "--schema",
+    "grammar": "--grammar",
     "name": "--name",
     "output": "-o",
     "text": "--text",

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmrun.cli.flags import FLAGS
 from llmrun.errors import UsageError
 from llmrun.sampling import DEFAULTS, SamplingParams
+
+if TYPE_CHECKING:
+    from llmrun.structured import Format
 
 SAMPLING = "Sampling"
 LOADING = "Model and context"
@@ -264,6 +268,57 @@ ShowParamsOpt = Annotated[
         "--show-params", help="Print every effective setting and where it came from (stderr).", rich_help_panel=OUTPUT
     ),
 ]
+
+STRUCTURED = "Structured output"
+
+FormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="json: the answer is one JSON value, enforced token by token (see also --schema).",
+        show_default=False,
+        rich_help_panel=STRUCTURED,
+    ),
+]
+SchemaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--schema",
+        help="A JSON Schema (a file, or the JSON itself) the answer must match; enforced while decoding.",
+        show_default=False,
+        rich_help_panel=STRUCTURED,
+    ),
+]
+GrammarOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--grammar",
+        help="A grammar file the answer must follow: Lark (.lark, llguidance's dialect) or GBNF (.gbnf, llama.cpp's).",
+        show_default=False,
+        rich_help_panel=STRUCTURED,
+    ),
+]
+
+
+def response_format(fmt: str | None, schema: str | None, grammar: Path | None) -> Format | None:
+    """The format --format, --schema or --grammar asks for (at most one of them)."""
+    from llmrun.structured import ANY_JSON, load_grammar, load_schema
+
+    given = [flag for flag, value in (("--format", fmt), ("--schema", schema), ("--grammar", grammar)) if value]
+    if len(given) > 1:
+        raise UsageError(f"{given[0]} and {given[1]} both set the answer's format", "give one of them")
+    if fmt is not None and fmt.strip().lower() != "json":
+        raise UsageError(
+            f"--format must be json, got {fmt!r}", "use --schema for a JSON Schema, --grammar for a grammar"
+        )
+    if fmt:
+        return ANY_JSON
+    if schema:
+        return load_schema(schema)
+    if grammar:
+        return load_grammar(grammar)
+    return None
+
 
 RETRIEVAL = "Retrieval (RAG)"
 

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.cli import options as o
-from llmrun.errors import UsageError
+from llmrun.errors import LlmrunError, UsageError
 
 if TYPE_CHECKING:
     from llmrun.engine import Result
     from llmrun.pipeline import RunPlan
     from llmrun.rag.store import Hit
+    from llmrun.structured import Format
 
 
 def read_prompt(argument: str | None) -> str:
@@ -81,6 +82,9 @@ def run(
             rich_help_panel=o.OUTPUT,
         ),
     ] = 0,
+    answer_format: o.FormatOpt = None,
+    schema: o.SchemaOpt = None,
+    grammar: o.GrammarOpt = None,
     rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
     min_score: o.MinScoreOpt = -1.0,
@@ -101,8 +105,15 @@ def run(
       cat notes.txt | llmrun run "Summarize:" -t 0 --stats
 
       llmrun run --rag notes "How do I rotate the backup keys?"
+
+      llmrun run --schema person.json "Invent a person" | jq .name
     """
     flags = o.sampling_values(locals())
+    constrained = o.response_format(answer_format, schema, grammar)
+    if constrained is not None:
+        from llmrun.structured.grammar import compile_format
+
+        compile_format(constrained)  # a schema llmrun cannot enforce fails before the model loads
     if logprobs and not json_output:
         raise UsageError(
             "--logprobs goes with --json", "add --json, or use --show-probs to see probabilities as colours"
@@ -125,7 +136,8 @@ def run(
         from llmrun.cli.index import retrieve
 
         retrieval = Retrieval(retrieve(rag, text, k, store, min_score), show_context)
-    _generate(run_plan, text, system, raw, Output(stats, json_output, show_probs, logprobs), retrieval)
+    output = Output(stats, json_output, show_probs, logprobs)
+    _generate(run_plan, text, system, raw, output, retrieval, constrained)
 
 
 def plan(
@@ -195,7 +207,13 @@ class Output:
 
 
 def _generate(
-    run_plan: RunPlan, text: str, system: str | None, raw: bool, output: Output, retrieval: Retrieval | None = None
+    run_plan: RunPlan,
+    text: str,
+    system: str | None,
+    raw: bool,
+    output: Output,
+    retrieval: Retrieval | None = None,
+    constrained: Format | None = None,
 ) -> None:
     import math
 
@@ -215,7 +233,14 @@ def _generate(
             if retrieval is not None:
                 text, used = _ground(run_plan, entry.model, text, system, retrieval, spinner)
             want = max(output.logprobs, 1 if output.show_probs else 0)
-            request = Request(prompt=text, params=run_plan.sampling, system=system, raw=raw, logprobs=want)
+            request = Request(
+                prompt=text,
+                params=run_plan.sampling,
+                system=system,
+                raw=raw,
+                logprobs=want,
+                response_format=constrained,
+            )
             try:
                 for event in engine.complete(entry, request):
                     if isinstance(event, Result):
@@ -248,6 +273,18 @@ def _generate(
         render.probability_legend()
     if output.stats:
         _print_stats(report)
+    if result.valid is False:
+        raise incomplete(result)
+
+
+def incomplete(result: Result) -> LlmrunError:
+    """The error for a constrained answer that did not come out whole (the text was still shown)."""
+    why = {"length": "`max_tokens`", "context": "the context", "stop": "a stop string"}.get(result.finish_reason)
+    hint = "raise `max_tokens`" if result.finish_reason == "length" else "raise `n_ctx` or shorten the prompt"
+    if result.finish_reason == "stop":
+        hint = "drop `stop`: the format already says where the answer ends"
+    what = "JSON" if result.structured in ("json", "schema") else "under the grammar"
+    return LlmrunError(f"the answer is not complete {what}: {why or 'generation'} ended it first", hint)
 
 
 def _ground(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmrun.backends.base import BatchRequest, Done, Token, batching
-from llmrun.engine.request import Request, Templates, choose_template, request_ids
+from llmrun.engine.request import Request, Templates, choose_template, request_constraint, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
 
@@ -94,9 +94,10 @@ class Engine:
         with entry.lock:
             entry.last_used = time.monotonic()
             ids, prompt_format = request_ids(entry.model, entry.templates, request)
+            constraint = request_constraint(entry.model, request)
             logprobs: list[TokenLogprob] = []
             done: Done | None = None
-            for event in entry.model.stream(ids, request.params, logprobs=request.logprobs):
+            for event in entry.model.stream(ids, request.params, logprobs=request.logprobs, constraint=constraint):
                 if isinstance(event, Done):
                     done = event
                     continue
@@ -105,7 +106,7 @@ class Engine:
                 yield event
             entry.last_used = time.monotonic()
         assert done is not None
-        yield Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None)
+        yield Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None, request.response_format)
 
     def complete_many(
         self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
@@ -118,10 +119,11 @@ class Engine:
             for index, request in enumerate(requests):
                 try:
                     ids, formats[index] = request_ids(entry.model, entry.templates, request)
+                    constraint = request_constraint(entry.model, request)
                 except LlmrunError as exc:
                     yield index, exc
                     continue
-                batch.append(BatchRequest(index, ids, request.params))
+                batch.append(BatchRequest(index, ids, request.params, constraint))
             outcomes = batching(entry.model, "decode several requests at once").generate_batch(
                 batch, parallel, n_ctx_seq
             )
@@ -130,7 +132,8 @@ class Engine:
                     if outcome.done is None:
                         yield outcome.index, outcome.error or LlmrunError("the request failed")
                     else:
-                        yield outcome.index, Result.of(outcome.done, formats[outcome.index])
+                        response_format = requests[outcome.index].response_format
+                        yield outcome.index, Result.of(outcome.done, formats[outcome.index], None, response_format)
             finally:
                 outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
             entry.last_used = time.monotonic()

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 from llmrun.errors import InvalidParameter
 from llmrun.pipeline import PromptFormat, chat_template, conversation_ids, prompt_ids
 from llmrun.sampling import SamplingParams
+from llmrun.structured.formats import Format
 from llmrun.template import Message
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
     from llmrun.pipeline import RunPlan
+    from llmrun.structured.grammar import Constraint
 
 MAX_LOGPROBS = 100
 
@@ -27,6 +29,7 @@ class Request:
     system: str | None = None
     raw: bool = False  # a prompt as plain text even when the model has a chat template
     logprobs: int = 0  # each token's log-probability and this many alternatives
+    response_format: Format | None = None  # constrain the answer to JSON, a JSON Schema or a grammar
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (not self.messages):
@@ -58,6 +61,16 @@ def choose_template(run_plan: RunPlan, name: str | None = None) -> Templates:
         return Templates(own, own, "the model's own")
     fallback = builtin_for(run_plan.header.architecture)
     return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)")
+
+
+def request_constraint(model: LoadedModel, request: Request) -> Constraint | None:
+    """The grammar state the request's answer is decoded under (None: unconstrained); a format the
+    decoder cannot enforce fails here, before anything runs."""
+    if request.response_format is None:
+        return None
+    from llmrun.structured.grammar import constraint_for
+
+    return constraint_for(model, request.response_format)
 
 
 def request_ids(model: LoadedModel, templates: Templates, request: Request) -> tuple[list[int], PromptFormat]:

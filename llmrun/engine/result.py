@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import Candidate, Done, FinishReason, Token
+
+if TYPE_CHECKING:
+    from llmrun.structured.formats import Format
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +49,17 @@ class Result:
     prompt_format: str = "plain"
     logprobs: tuple[TokenLogprob, ...] | None = None  # None: not asked for
     cached_tokens: int = 0  # of the prompt tokens, those an earlier request's KV cells already held
+    structured: str | None = None  # the kind of format the answer was constrained to (json, schema, lark, gbnf)
+    valid: bool | None = None  # constrained: whether the text is whole under its format (None: unconstrained)
 
     @classmethod
-    def of(cls, done: Done, prompt_format: str, logprobs: tuple[TokenLogprob, ...] | None = None) -> Result:
+    def of(
+        cls,
+        done: Done,
+        prompt_format: str,
+        logprobs: tuple[TokenLogprob, ...] | None = None,
+        response_format: Format | None = None,
+    ) -> Result:
         s = done.stats
         return cls(
             text=done.text,
@@ -62,7 +74,16 @@ class Result:
             prompt_format=prompt_format,
             logprobs=logprobs,
             cached_tokens=s.cached_tokens,
+            structured=response_format.kind if response_format is not None else None,
+            valid=bool(s.valid) if response_format is not None else None,
         )
+
+    @property
+    def parsed(self) -> Any:
+        """A valid JSON answer as a value (None when the answer is not constrained JSON, or not whole)."""
+        if not self.valid or self.structured not in ("json", "schema"):
+            return None
+        return json.loads(self.text)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -78,6 +99,11 @@ class Result:
             "stop_string": self.stop_string,
             "seed": self.seed,
         }
+        if self.structured is not None:
+            data["format"] = self.structured
+            data["valid"] = self.valid
+            if self.valid and self.structured in ("json", "schema"):
+                data["parsed"] = self.parsed
         if self.logprobs is not None:
             data["logprobs"] = [entry.to_dict() for entry in self.logprobs]
         return data

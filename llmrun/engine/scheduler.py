@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from llmrun.backends.base import BatchRequest, Done, Token
-from llmrun.engine.request import Request, request_ids
+from llmrun.engine.request import Request, request_constraint, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
 
@@ -34,6 +34,7 @@ log = logging.getLogger("llmrun.scheduler")
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
     from llmrun.engine.core import LoadedEntry
+    from llmrun.structured.grammar import Constraint
 
 Event = Token | Result | LlmrunError
 Sink = Callable[[Event], None]
@@ -75,7 +76,8 @@ class SequentialDecoder:
         return self._current is not None
 
     def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
-        self._current = (request.index, iter(self.model.stream(request.ids, request.params, logprobs=logprobs)))
+        events = self.model.stream(request.ids, request.params, logprobs=logprobs, constraint=request.constraint)
+        self._current = (request.index, iter(events))
         return None
 
     def step(self) -> list[tuple[int, Token | Done]]:
@@ -118,6 +120,7 @@ class Ticket:
     ids: list[int]
     prompt_format: str
     sink: Sink
+    constraint: Constraint | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     _scheduler: Scheduler | None = None
@@ -168,12 +171,13 @@ class Scheduler:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             ids, prompt_format = request_ids(self.entry.model, self.entry.templates, request)
+            constraint = request_constraint(self.entry.model, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
-            ticket = Ticket(self._next, request, ids, prompt_format, sink, _scheduler=self)
+            ticket = Ticket(self._next, request, ids, prompt_format, sink, constraint, _scheduler=self)
             self.entry.last_used = time.monotonic()
             self._next += 1
             self._waiting.append(ticket)
@@ -234,7 +238,8 @@ class Scheduler:
             while self._waiting and self._decoder.free:
                 ticket = self._waiting.popleft()
                 error = self._decoder.admit(
-                    BatchRequest(ticket.index, ticket.ids, ticket.request.params), ticket.request.logprobs
+                    BatchRequest(ticket.index, ticket.ids, ticket.request.params, ticket.constraint),
+                    ticket.request.logprobs,
                 )
                 if error is not None:
                     ticket.sink(error)
@@ -269,7 +274,7 @@ class Scheduler:
             if isinstance(event, Done):
                 del self._running[index]
                 logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
-                ticket.sink(Result.of(event, ticket.prompt_format, logprobs))
+                ticket.sink(Result.of(event, ticket.prompt_format, logprobs, ticket.request.response_format))
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))

@@ -42,7 +42,10 @@ class TextOnly:
     def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
         return chr(token_id).encode()
 
-    def stream(self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0) -> Iterator[Token | Done]:
+    def stream(
+        self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: object = None
+    ) -> Iterator[Token | Done]:
+        assert constraint is None  # a text-only backend cannot constrain (it has no grammar_tokenizer)
         text = "".join(map(chr, ids))[::-1][: params.max_tokens]
         for c in text:
             time.sleep(self.delay)

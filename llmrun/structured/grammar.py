@@ -1,0 +1,174 @@
+"""Constrained decoding through llguidance: a :class:`Format` becomes a token mask at every step.
+
+llguidance (the engine llama.cpp, vLLM and SGLang use) compiles a JSON Schema or a Lark grammar
+against the model's vocabulary and answers, after each token, which tokens may come next; the
+end-of-text tokens are allowed only where the grammar is complete. A schema keyword it cannot
+enforce is an error naming the keyword, never a silent fallback to unconstrained text.
+
+A backend applies a :class:`Constraint` in two calls: :meth:`Constraint.mask` before it samples
+(logits of tokens the grammar forbids become -inf) and :meth:`Constraint.accept` with each token
+it sampled — or, where the backend's loop only offers a logits processor, :meth:`Constraint.follow`,
+which accepts the tokens a processor sees appended since its last call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from llmrun.errors import UsageError
+from llmrun.structured.formats import Format, declared_only
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from llguidance._lib import JsonCompileOptions
+
+# JSON the way people and models write it ({"a": 1, "b": [2, 3]}), with no freedom for whitespace:
+# with free whitespace a small model can fill its whole budget with newlines inside a valid document.
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class UnsupportedFormat(UsageError):
+    """A schema or grammar the constrained decoder cannot enforce (names what it cannot)."""
+
+
+def _parameter(fmt: Format) -> str:
+    return "grammar" if fmt.kind in ("lark", "gbnf") else "schema"
+
+
+@functools.lru_cache(maxsize=256)
+def compile_format(fmt: Format) -> str:
+    """``fmt`` as an llguidance grammar, checked; :class:`UnsupportedFormat` naming the first problem."""
+    from llguidance import LLMatcher, grammar_from
+
+    if fmt.kind in ("json", "schema"):
+        grammar = LLMatcher.grammar_from_json_schema(declared_only(fmt.schema()), overrides=JSON_OPTIONS)
+    else:
+        grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
+    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    if failed:
+        raise UnsupportedFormat(
+            f"the `{_parameter(fmt)}` cannot be enforced while decoding: {_first_line(messages[0])}",
+            _advice(fmt, messages[0]),
+        )
+    return grammar
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid"
+
+
+def _advice(fmt: Format, message: str) -> str:
+    if fmt.kind in ("lark", "gbnf"):
+        return "fix the grammar (Lark as llguidance reads it, or GBNF as llama.cpp reads it)"
+    if "Unimplemented" in message or "Unknown format" in message:
+        return "drop or rewrite that keyword; llmrun never falls back to unconstrained output"
+    return "fix the schema; it must be a valid JSON Schema"
+
+
+class Constraint:
+    """One sequence's grammar state: which tokens may come next, and whether the text is complete."""
+
+    def __init__(self, tokenizer: Any, fmt: Format) -> None:
+        from llguidance import LLMatcher
+
+        self.format = fmt
+        self._matcher = LLMatcher(tokenizer, compile_format(fmt), log_level=0)
+        if self._matcher.is_error():
+            raise UnsupportedFormat(
+                f"the `{_parameter(fmt)}` cannot be enforced while decoding: {self._matcher.get_error()}",
+                _advice(fmt, self._matcher.get_error()),
+            )
+        self._ends = frozenset(tokenizer.eos_tokens)
+        self._n_vocab = int(tokenizer.vocab_size)
+        self.accepted = 0  # tokens fed to the grammar
+        self._seen = 0  # calls of follow()
+        self.failed = False  # a token the grammar rejects was chosen (a stop string, or a backend bug)
+        self.ended = False  # an end-of-text token was chosen
+
+    # --- the grammar's side -------------------------------------------------------
+    def accept(self, token_id: int) -> None:
+        """The backend chose ``token_id``: advance the grammar (an end-of-text token ends it)."""
+        if self.ended or self.failed:
+            return
+        if token_id in self._ends:
+            self.ended = True
+            return
+        self.accepted += 1
+        if not self._matcher.consume_token(token_id):
+            self.failed = True
+
+    def catch_up(self, generated: Sequence[int]) -> None:
+        """Accept what of ``generated`` (the sequence's tokens so far) the grammar has not seen."""
+        for token_id in generated[self.accepted :]:
+            self.accept(token_id)
+
+    def follow(self, context: Sequence[int] | Any) -> None:
+        """For a logits processor called once before each sampled token with the tokens so far:
+        from its second call on, the last of them is the token sampled after the previous call."""
+        if self._seen:
+            self.accept(int(context[-1]))
+        self._seen += 1
+
+    @property
+    def complete(self) -> bool:
+        """Whether the text so far is a whole sentence of the grammar."""
+        return not self.failed and self._matcher.is_accepting()
+
+    @property
+    def finished(self) -> bool:
+        """Whether nothing may follow the text but the end (a longer sentence is impossible)."""
+        return self.complete and self._matcher.is_stopped()
+
+    # --- the logits' side ---------------------------------------------------------------
+    def allowed(self) -> npt.NDArray[np.bool_] | None:
+        """One flag per token of the model's output layer, or None when no mask applies (the
+        sequence has ended or failed; whatever comes after is not part of the answer)."""
+        import numpy as np
+
+        if self.ended or self.failed or self._matcher.is_error():
+            return None
+        words = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        bits = np.unpackbits(words, bitorder="little").view(np.bool_)
+        if bits.size < self._n_vocab:
+            bits = np.concatenate([bits, np.zeros(self._n_vocab - bits.size, dtype=np.bool_)])
+        flags: npt.NDArray[np.bool_] = bits[: self._n_vocab]
+        return flags
+
+    def mask(self, logits: npt.NDArray[np.float32]) -> None:
+        """Forbidden tokens' logits become -inf, in place (``logits`` may be longer or shorter than
+        the tokenizer's vocabulary: padding rows of the output layer are never allowed)."""
+        import numpy as np
+
+        flags = self.allowed()
+        if flags is None:
+            return
+        keep = np.flatnonzero(flags[: logits.shape[-1]])
+        values = logits[keep]
+        logits.fill(-np.inf)
+        logits[keep] = values
+
+    def mask_mlx(self, logits: Any) -> Any:
+        """:meth:`mask` for an MLX logits array (shape ``(1, vocabulary)``); returns the masked array."""
+        import mlx.core as mx
+        import numpy as np
+
+        flags = self.allowed()
+        if flags is None:
+            return logits
+        width = logits.shape[-1]
+        row = np.zeros(width, dtype=np.bool_)
+        n = min(width, flags.size)
+        row[:n] = flags[:n]
+        return mx.where(mx.array(row), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+def constraint_for(model: object, fmt: Format) -> Constraint:
+    """A fresh constraint for one sequence on ``model`` (a bad format fails before the model's
+    grammar tokenizer is built)."""
+    from llmrun.backends.base import constraining
+
+    compile_format(fmt)
+    return Constraint(constraining(model, "constrain its output to a format").grammar_tokenizer(), fmt)
