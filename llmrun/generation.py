@@ -139,7 +139,6 @@ class Assembler:
         )
         return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
 
-
     def _valid(self) -> bool | None:
         """Constrained output: whether the answer is whole under its format. The model ended it where
         the grammar allowed, or the grammar allows nothing more; an answer cut by ``max_tokens``, the

@@ -257,9 +257,15 @@ def chat_template(run_plan: RunPlan) -> str | None:
 
 
 def conversation_ids(
-    model: LoadedModel, template: str, messages: Sequence[Message], *, add_generation_prompt: bool = True
+    model: LoadedModel,
+    template: str,
+    messages: Sequence[Message],
+    *,
+    add_generation_prompt: bool = True,
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[int]:
-    """A conversation rendered through ``template`` and tokenized; message text is never special."""
+    """A conversation rendered through ``template`` (with ``tools`` for templates that describe them)
+    and tokenized; message text is never special."""
     bos, eos = model.bos_id, model.eos_id
     segments = render(
         template,
@@ -267,6 +273,7 @@ def conversation_ids(
         bos_token=model.detokenize([bos], special=True) if bos is not None else "",
         eos_token=model.detokenize([eos], special=True) if eos is not None else "",
         add_generation_prompt=add_generation_prompt,
+        tools=tools,
     )
     ids: list[int] = []
     for segment in segments:

@@ -23,9 +23,47 @@ PLAIN_PROMPT = "pass the prompt as plain text (`raw`)"  # the hint for a templat
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model made: ``arguments`` is JSON text (an object), as OpenAI sends it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant" | "tool"
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant turn's calls
+    tool_call_id: str | None = None  # a tool turn: the call it answers
+    name: str | None = None  # a tool turn: the function's name
+
+
+def message_dict(message: Message, content: str) -> dict[str, Any]:
+    """A message as chat templates read it (Hugging Face's shape): calls' arguments as objects, which
+    templates serialize themselves (``tool_call.function.arguments | tojson``)."""
+    data: dict[str, Any] = {"role": message.role, "content": content}
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        data["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        data["name"] = message.name
+    return data
+
+
+def _arguments(text: str) -> Any:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +119,11 @@ def render_text(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: Sequence[dict[str, Any]] | None = None,
+    contents: Sequence[str] | None = None,
 ) -> str:
-    """Render ``template`` with the usual Hugging Face variables, within size and time limits."""
+    """Render ``template`` with the usual Hugging Face variables (``tools`` as OpenAI's tool objects,
+    None when there are none), within size and time limits; ``contents`` replace the messages' texts."""
     from jinja2 import TemplateError as JinjaError
     from jinja2.exceptions import SecurityError
 
@@ -91,11 +132,13 @@ def render_text(
         started = time.monotonic()
         out: list[str] = []
         size = 0
+        texts = contents if contents is not None else [m.content for m in messages]
         for chunk in compiled.generate(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[message_dict(m, text) for m, text in zip(messages, texts, strict=True)],
             bos_token=bos_token,
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
+            tools=list(tools) if tools else None,
         ):
             size += len(chunk)
             if size > MAX_OUTPUT_CHARS:
@@ -127,13 +170,19 @@ def render(
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: Sequence[dict[str, Any]] | None = None,
 ) -> list[Segment]:
     """The rendered prompt as segments; message contents are never special."""
     nonce = f"{secrets.randbelow(10**16):016d}"  # digits: survive upper/lower/trim
     placeholders = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
-    masked = [Message(m.role, p) for m, p in zip(messages, placeholders, strict=True)]
     text = render_text(
-        template, masked, bos_token=bos_token, eos_token=eos_token, add_generation_prompt=add_generation_prompt
+        template,
+        messages,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        add_generation_prompt=add_generation_prompt,
+        tools=tools,
+        contents=placeholders,
     )
     pattern = re.compile("\ue000" + nonce + r":(\d+)\ue001")
     segments: list[Segment] = []

@@ -49,6 +49,8 @@ FLAGS = {
     "format": "--format",
     "schema": "--schema",
     "grammar": "--grammar",
+    "response_format": "response_format",  # a batch line's field
+    "tools": "tools",  # the server's field (the CLI offers no tools)
     "name": "--name",
     "output": "-o",
     "text": "--text",

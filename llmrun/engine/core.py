@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmrun.backends.base import BatchRequest, Done, Token, batching
-from llmrun.engine.request import Request, Templates, choose_template, request_constraint, request_ids
+from llmrun.engine.request import (
+    Request,
+    Templates,
+    choose_template,
+    request_constraint,
+    request_ids,
+    request_result,
+)
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
 
@@ -94,7 +101,7 @@ class Engine:
         with entry.lock:
             entry.last_used = time.monotonic()
             ids, prompt_format = request_ids(entry.model, entry.templates, request)
-            constraint = request_constraint(entry.model, request)
+            constraint = request_constraint(entry.model, entry.templates, request)
             logprobs: list[TokenLogprob] = []
             done: Done | None = None
             for event in entry.model.stream(ids, request.params, logprobs=request.logprobs, constraint=constraint):
@@ -106,7 +113,8 @@ class Engine:
                 yield event
             entry.last_used = time.monotonic()
         assert done is not None
-        yield Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None, request.response_format)
+        result = Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None, request.response_format)
+        yield request_result(result, entry.templates, request)
 
     def complete_many(
         self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
@@ -119,7 +127,7 @@ class Engine:
             for index, request in enumerate(requests):
                 try:
                     ids, formats[index] = request_ids(entry.model, entry.templates, request)
-                    constraint = request_constraint(entry.model, request)
+                    constraint = request_constraint(entry.model, entry.templates, request)
                 except LlmrunError as exc:
                     yield index, exc
                     continue
@@ -132,8 +140,9 @@ class Engine:
                     if outcome.done is None:
                         yield outcome.index, outcome.error or LlmrunError("the request failed")
                     else:
-                        response_format = requests[outcome.index].response_format
-                        yield outcome.index, Result.of(outcome.done, formats[outcome.index], None, response_format)
+                        request = requests[outcome.index]
+                        result = Result.of(outcome.done, formats[outcome.index], None, request.response_format)
+                        yield outcome.index, request_result(result, entry.templates, request)
             finally:
                 outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
             entry.last_used = time.monotonic()

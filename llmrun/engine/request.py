@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -9,10 +10,12 @@ from llmrun.errors import InvalidParameter
 from llmrun.pipeline import PromptFormat, chat_template, conversation_ids, prompt_ids
 from llmrun.sampling import SamplingParams
 from llmrun.structured.formats import Format
+from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages
 from llmrun.template import Message
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
+    from llmrun.engine.result import Result
     from llmrun.pipeline import RunPlan
     from llmrun.structured.grammar import Constraint
 
@@ -30,6 +33,7 @@ class Request:
     raw: bool = False  # a prompt as plain text even when the model has a chat template
     logprobs: int = 0  # each token's log-probability and this many alternatives
     response_format: Format | None = None  # constrain the answer to JSON, a JSON Schema or a grammar
+    tools: ToolUse | None = None  # functions the model may (or must) call
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (not self.messages):
@@ -38,6 +42,10 @@ class Request:
             raise InvalidParameter("logprobs", self.logprobs, f"an integer from 0 to {MAX_LOGPROBS}")
         if not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise InvalidParameter("logprobs", self.logprobs, f"an integer from 0 to {MAX_LOGPROBS}")
+        if self.tools is not None and not self.messages:
+            raise InvalidParameter("tools", "given", "given with messages (a conversation), not a plain prompt")
+        if self.tools is not None and self.response_format is not None:
+            raise InvalidParameter("response_format", "given with tools", "absent when tools are offered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +71,30 @@ def choose_template(run_plan: RunPlan, name: str | None = None) -> Templates:
     return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)")
 
 
-def request_constraint(model: LoadedModel, request: Request) -> Constraint | None:
-    """The grammar state the request's answer is decoded under (None: unconstrained); a format the
-    decoder cannot enforce fails here, before anything runs."""
-    if request.response_format is None:
-        return None
-    from llmrun.structured.grammar import constraint_for
+def tool_dialect(templates: Templates, request: Request) -> Dialect | None:
+    """How the model writes the request's tool calls (None: the request offers no tools)."""
+    return dialect_for(templates.conversation) if request.tools is not None else None
 
-    return constraint_for(model, request.response_format)
+
+def request_constraint(model: LoadedModel, templates: Templates, request: Request) -> Constraint | None:
+    """The grammar state the request's answer is decoded under (None: unconstrained): its format, or
+    the calls its tools allow; a format the decoder cannot enforce fails here, before anything runs."""
+    from llmrun.structured.grammar import constraint_for, marker_for
+
+    fmt = request.response_format
+    dialect = tool_dialect(templates, request)
+    if dialect is not None and request.tools is not None:
+        fmt = dialect.format(request.tools, marker_for(model))
+    return constraint_for(model, fmt) if fmt is not None else None
+
+
+def request_result(result: Result, templates: Templates, request: Request) -> Result:
+    """The result with its tool calls read out of the text (when the request offered tools)."""
+    dialect = tool_dialect(templates, request)
+    if dialect is None:
+        return result
+    content, calls = dialect.parse(result.text)
+    return dataclasses.replace(result, content=content, tool_calls=calls)
 
 
 def request_ids(model: LoadedModel, templates: Templates, request: Request) -> tuple[list[int], PromptFormat]:
@@ -78,4 +102,11 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> t
     if request.prompt is not None:
         return prompt_ids(model, templates.own, request.prompt, request.system, request.raw)
     head = [Message("system", request.system)] if request.system else []
-    return conversation_ids(model, templates.conversation, [*head, *request.messages]), "chat template"
+    messages = [*head, *request.messages]
+    dialect = tool_dialect(templates, request)
+    if dialect is None or request.tools is None:
+        return conversation_ids(model, templates.conversation, messages), "chat template"
+    if dialect.native:
+        tools = [t.openai() for t in request.tools.tools]
+        return conversation_ids(model, templates.conversation, messages, tools=tools), "chat template"
+    return conversation_ids(model, templates.conversation, generic_messages(messages, request.tools)), "chat template"

@@ -10,6 +10,7 @@ from llmrun.backends.base import Candidate, Done, FinishReason, Token
 
 if TYPE_CHECKING:
     from llmrun.structured.formats import Format
+    from llmrun.template import ToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class Result:
     cached_tokens: int = 0  # of the prompt tokens, those an earlier request's KV cells already held
     structured: str | None = None  # the kind of format the answer was constrained to (json, schema, lark, gbnf)
     valid: bool | None = None  # constrained: whether the text is whole under its format (None: unconstrained)
+    content: str | None = None  # with tools: the text besides the calls (None: only calls)
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @classmethod
     def of(

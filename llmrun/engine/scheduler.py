@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from llmrun.backends.base import BatchRequest, Done, Token
-from llmrun.engine.request import Request, request_constraint, request_ids
+from llmrun.engine.request import Request, request_constraint, request_ids, request_result
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
 
@@ -171,7 +171,7 @@ class Scheduler:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             ids, prompt_format = request_ids(self.entry.model, self.entry.templates, request)
-            constraint = request_constraint(self.entry.model, request)
+            constraint = request_constraint(self.entry.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
@@ -274,7 +274,8 @@ class Scheduler:
             if isinstance(event, Done):
                 del self._running[index]
                 logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
-                ticket.sink(Result.of(event, ticket.prompt_format, logprobs, ticket.request.response_format))
+                result = Result.of(event, ticket.prompt_format, logprobs, ticket.request.response_format)
+                ticket.sink(request_result(result, self.entry.templates, ticket.request))
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))

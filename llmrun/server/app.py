@@ -31,7 +31,9 @@ from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNot
 from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError, explain, worded
 from llmrun.server.metrics import Metrics
+from llmrun.server.openai_tools import tool_call_deltas
 from llmrun.server.state import Embedding, Served, ServerState
+from llmrun.structured.grammar import UnsupportedFormat
 
 log = logging.getLogger("llmrun.server")
 FINGERPRINT = f"llmrun-{__version__}"
@@ -284,6 +286,9 @@ def _request_error(exc: LlmrunError, call: api.Call) -> ApiError:
     """An error the engine gave a request: 503 while stopping, else the request's fault (400)
     unless it is the model's (500)."""
     prompt = "messages" if call.requests[0].messages else "prompt"
+    if isinstance(exc, UnsupportedFormat):
+        field = "tools" if call.requests[0].tools is not None else "response_format"
+        return ApiError(400, explain(exc), param=field, code="invalid_request")
     if isinstance(exc, ShuttingDown):
         return ApiError(503, explain(exc), code="shutting_down")
     if isinstance(exc, ContextFull):
@@ -377,6 +382,7 @@ async def _stream(
     chunk when asked, then [DONE]; an error mid-stream is an error object, and the stream ends."""
     kind = "chat.completion.chunk" if chat else "text_completion"
     remaining = len(call.requests)
+    tools = chat and call.requests[0].tools is not None
     results: dict[int, Result] = {}
     first = True
 
@@ -410,9 +416,16 @@ async def _stream(
                 remaining -= 1
                 results[index] = event
                 _count(metrics, event, started)
-                yield chunk([choice(index, None if chat else "", api.FINISH[event.finish_reason])])
+                if tools:  # the answer's text and calls, once the whole answer says which it is
+                    for delta in tool_call_deltas(event.tool_calls):
+                        yield chunk(
+                            [{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, "finish_reason": None}]
+                        )
+                    if not event.tool_calls and event.content:
+                        yield chunk([choice(index, event.content, None)])
+                yield chunk([choice(index, None if chat else "", api.finish_reason(event))])
                 continue
-            if event.text:
+            if event.text and not tools:
                 yield chunk([choice(index, event.text, None, _token_logprobs(event, call.logprobs, chat))])
         if call.include_usage:
             yield chunk([], usage=api.usage([results[i] for i in sorted(results)], call.n))

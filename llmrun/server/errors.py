@@ -23,6 +23,8 @@ REQUEST_FIELDS = frozenset(
         "logprobs",
         "prompt",
         "messages",
+        "response_format",
+        "tools",
     }
 )
 WORDS = {
@@ -30,6 +32,8 @@ WORDS = {
     **{name: name for name in REQUEST_FIELDS},
     "raw": "/v1/completions",  # a prompt sent there is not put through the chat template
     "debug": "the server log",
+    "schema": "response_format.json_schema.schema",
+    "grammar": "the grammar",
 }
 
 

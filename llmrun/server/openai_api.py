@@ -19,6 +19,7 @@ from llmrun.engine import Request, Result
 from llmrun.errors import InvalidParameter
 from llmrun.sampling import SamplingParams
 from llmrun.server.errors import ApiError, bad_field, worded
+from llmrun.server.openai_tools import parse_response_format, parse_tool_calls, parse_tools, tool_calls_json
 from llmrun.template import Message
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
@@ -38,16 +39,23 @@ SAMPLING = {
     "repeat_penalty": "repeat_penalty",
 }
 COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "user", *SAMPLING}
-CHAT_FIELDS = COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "store", "metadata"}
-COMPLETION_FIELDS = COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of"}
-# OpenAI fields llmrun does not do (yet): a 400 that names them
+CHAT_FIELDS = COMMON | {
+    "messages",
+    "max_completion_tokens",
+    "logprobs",
+    "top_logprobs",
+    "store",
+    "metadata",
+    "response_format",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+}
+COMPLETION_FIELDS = COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of", "response_format"}
+# OpenAI fields llmrun does not do: a 400 that names them
 UNSUPPORTED = {
-    "response_format": "response_format is not supported yet (structured output comes in a later release)",
-    "tools": "tools are not supported yet (tool calls come in a later release)",
-    "tool_choice": "tool_choice is not supported yet (tool calls come in a later release)",
-    "functions": "functions are not supported (deprecated by OpenAI; tools come in a later release)",
-    "function_call": "function_call is not supported (deprecated by OpenAI; tools come in a later release)",
-    "parallel_tool_calls": "parallel_tool_calls is not supported yet (tool calls come in a later release)",
+    "functions": "functions are deprecated by OpenAI and not supported: send tools",
+    "function_call": "function_call is deprecated by OpenAI and not supported: send tool_choice",
     "logit_bias": "logit_bias is not supported",
     "audio": "audio output is not supported",
     "modalities": "only text output is supported",
@@ -206,12 +214,26 @@ def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
         role = message.get("role")
         if role not in ROLES:
             raise bad_field(f"{where}.role", f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        if message.get("tool_calls") or message.get("function_call"):
-            raise bad_field(f"{where}.tool_calls", "tool calls are not supported yet", "unsupported_parameter")
+        if message.get("function_call"):
+            raise bad_field(f"{where}.function_call", "function_call is deprecated: send tool_calls")
+        calls = message.get("tool_calls")
+        if calls is not None and role != "assistant":
+            raise bad_field(f"{where}.tool_calls", "only assistant messages carry tool_calls")
+        call_id = message.get("tool_call_id")
+        if role == "tool" and (not isinstance(call_id, str) or not call_id):
+            raise bad_field(f"{where}.tool_call_id", "a tool message needs the tool_call_id it answers")
         content = message.get("content")
         if content is None and role == "assistant":
             content = ""
-        parsed.append(Message(ROLES[role], _content(content, f"{where}.content")))
+        parsed.append(
+            Message(
+                ROLES[role],
+                _content(content, f"{where}.content"),
+                tool_calls=parse_tool_calls(calls, f"{where}.tool_calls") if calls else (),
+                tool_call_id=call_id if role == "tool" else None,
+                name=message.get("name") if role == "tool" and isinstance(message.get("name"), str) else None,
+            )
+        )
     return tuple(parsed)
 
 
@@ -236,7 +258,13 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     alternatives: int | None = int(top or 0) if want else None
     messages = parse_messages(body.get("messages"), limits)
     per_token = max(int(top or 0), 1) if want else 0
-    requests = tuple(Request(messages=messages, params=_seeded(params, i), logprobs=per_token) for i in range(n))
+    fmt, tools = parse_response_format(body), parse_tools(body)
+    if fmt is not None and tools is not None:
+        raise bad_field("response_format", "response_format together with tools is not supported: send one")
+    requests = tuple(
+        Request(messages=messages, params=_seeded(params, i), logprobs=per_token, response_format=fmt, tools=tools)
+        for i in range(n)
+    )
     return Call(body["model"], requests, stream, include_usage, alternatives, n)
 
 
@@ -265,8 +293,15 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
         raise bad_field("prompt", "prompt must be a string or a non-empty array of strings", "invalid_type")
     if len(prompts) * n > limits.max_n * 4:
         raise bad_field("prompt", f"at most {limits.max_n * 4} choices (prompts × n) in one request")
+    fmt = parse_response_format(body)
     requests = tuple(
-        Request(prompt=p, params=_seeded(params, i), raw=True, logprobs=max(logprobs, 1) if logprobs is not None else 0)
+        Request(
+            prompt=p,
+            params=_seeded(params, i),
+            raw=True,
+            logprobs=max(logprobs, 1) if logprobs is not None else 0,
+            response_format=fmt,
+        )
         for p in prompts
         for i in range(n)
     )
@@ -322,12 +357,21 @@ def completion_logprobs(result: Result, alternatives: int) -> dict[str, Any]:
     }
 
 
+def finish_reason(result: Result) -> str:
+    return "tool_calls" if result.tool_calls else FINISH[result.finish_reason]
+
+
 def chat_choice(index: int, result: Result, alternatives: int | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
+    if result.tool_calls:
+        message = {**message, "content": result.content, "tool_calls": tool_calls_json(result.tool_calls)}
+    elif result.content is not None:  # tools were offered and the model answered in text
+        message["content"] = result.content
     return {
         "index": index,
-        "message": {"role": "assistant", "content": result.text, "refusal": None},
+        "message": message,
         "logprobs": chat_logprobs(result, alternatives) if alternatives is not None else None,
-        "finish_reason": FINISH[result.finish_reason],
+        "finish_reason": finish_reason(result),
     }
 
 

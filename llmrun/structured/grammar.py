@@ -14,7 +14,7 @@ which accepts the tokens a processor sees appended since its last call.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmrun.errors import UsageError
@@ -163,6 +163,23 @@ class Constraint:
         n = min(width, flags.size)
         row[:n] = flags[:n]
         return mx.where(mx.array(row), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+def marker_for(model: object) -> Callable[[str], str]:
+    """How a grammar for ``model`` spells a marker such as ``<tool_call>``: as the special token when
+    its vocabulary has one (``<[id]>``: text cannot produce a special token), else as the text."""
+    import json
+
+    from llmrun.backends.base import constraining
+
+    def marker(text: str) -> str:
+        tokenizer = constraining(model, "call tools").grammar_tokenizer()
+        ids = tokenizer.tokenize_bytes(text.encode("utf-8"), parse_special=True)
+        if len(ids) == 1 and tokenizer.is_special_token(ids[0]):
+            return f"<[{ids[0]}]>"
+        return json.dumps(text, ensure_ascii=False)
+
+    return marker
 
 
 def constraint_for(model: object, fmt: Format) -> Constraint:

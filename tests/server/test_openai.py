@@ -278,8 +278,9 @@ def test_bad_requests_get_the_right_status_and_shape(server: Server) -> None:
     )
     for name in ("/etc/passwd", "../x.gguf", "https://example.com/m.gguf", "model.gguf"):
         assert _error(server.post("/v1/chat/completions", {**good, "model": name}), 404)["code"] == "model_not_found"
-    response_format = {**good, "response_format": {"type": "json_object"}}
-    assert _error(server.post("/v1/chat/completions", response_format), 400)["param"] == "response_format"
+    unenforceable = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"not": {"type": "string"}}}}
+    refused = _error(server.post("/v1/chat/completions", {**good, "response_format": unenforceable}), 400)
+    assert refused["param"] == "response_format" and '"not"' in refused["message"]
     assert _error(server.post("/v1/chat/completions", {**good, "frobnicate": 1}), 400)["param"] == "frobnicate"
     image = {"type": "image_url", "image_url": {"url": "data:,"}}
     with_image = {**good, "messages": [{"role": "user", "content": [image]}]}

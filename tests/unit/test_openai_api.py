@@ -46,7 +46,7 @@ def test_roles_and_content_parts() -> None:
         {"role": "developer", "content": "be brief"},
         {"role": "user", "content": parts},
         {"role": "assistant", "content": None},
-        {"role": "tool", "content": "42"},
+        {"role": "tool", "content": "42", "tool_call_id": "call_1"},
     ]
     [request, *_] = chat(messages=messages).requests
     assert [(m.role, m.content) for m in request.messages] == [
@@ -71,7 +71,8 @@ def test_roles_and_content_parts() -> None:
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", 400),
         ({"stream_options": {"include_usage": True}}, "stream_options", 400),
         ({"top_logprobs": 2}, "top_logprobs", 400),
-        ({"response_format": {"type": "json_object"}}, "response_format", 400),
+        ({"response_format": {"type": "xml"}}, "response_format.type", 400),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", 400),
         ({"tools": []}, "tools", 400),
         ({"logit_bias": {}}, "logit_bias", 400),
         ({"store": True}, "store", 400),
