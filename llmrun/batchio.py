@@ -1,7 +1,8 @@
 """Batch input and output files (pure parsing; atomic-enough appends).
 
 Input: one prompt per line, or JSONL objects ``{"id", "prompt"}`` / ``{"id", "messages"}``
-with optional per-line ``max_tokens``, ``temperature`` and ``seed``. Output: JSONL, one
+with optional per-line ``max_tokens``, ``temperature`` and ``seed``, and the answer's format:
+``response_format`` (OpenAI's shape) or ``schema`` (a JSON Schema). Output: JSONL, one
 object per input, in input order, each line written (and flushed) as soon as it and
 every line before it are done, so an interrupted run leaves a valid prefix that
 ``--resume`` continues from.
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from llmrun.errors import UsageError
+from llmrun.errors import InvalidParameter, UsageError
+from llmrun.structured.formats import Format, from_schema, response_format
 
 OVERRIDES = ("max_tokens", "temperature", "seed")
 ROLES = ("system", "user", "assistant")
@@ -31,6 +33,7 @@ class Item:
     messages: tuple[tuple[str, str], ...] = ()
     overrides: dict[str, Any] = field(default_factory=dict)
     raw_id: str | int | None = None  # the id as written in the input (line number for text input)
+    response_format: Format | None = None  # this line's answer format (None: the command's)
 
     @property
     def output_id(self) -> str | int:
@@ -72,13 +75,17 @@ def _json_item(number: int, text: str) -> Item | LineError:
     if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
         return LineError(number, "id must be a string or an integer")
     overrides = {k: value[k] for k in OVERRIDES if k in value}
-    unknown = set(value) - {"id", "prompt", "messages", *OVERRIDES}
+    unknown = set(value) - {"id", "prompt", "messages", *OVERRIDES, *FORMATS}
     if unknown:
-        return LineError(
-            number, f"unknown keys {sorted(unknown)} (allowed: id, prompt, messages, {', '.join(OVERRIDES)})"
-        )
+        allowed = ", ".join(["id", "prompt", "messages", *OVERRIDES, *FORMATS])
+        return LineError(number, f"unknown keys {sorted(unknown)} (allowed: {allowed})")
+    fmt = _format(value)
+    if isinstance(fmt, str):
+        return LineError(number, fmt)
     if isinstance(value.get("prompt"), str) and "messages" not in value:
-        return Item(number, str(item_id), prompt=value["prompt"], overrides=overrides, raw_id=item_id)
+        return Item(
+            number, str(item_id), prompt=value["prompt"], overrides=overrides, raw_id=item_id, response_format=fmt
+        )
     messages = value.get("messages")
     if "prompt" not in value and isinstance(messages, list) and messages:
         pairs = []
@@ -90,8 +97,27 @@ def _json_item(number: int, text: str) -> Item | LineError:
             ):
                 return LineError(number, "each message needs a role (system, user, assistant) and text content")
             pairs.append((message["role"], message["content"]))
-        return Item(number, str(item_id), messages=tuple(pairs), overrides=overrides, raw_id=item_id)
+        return Item(
+            number, str(item_id), messages=tuple(pairs), overrides=overrides, raw_id=item_id, response_format=fmt
+        )
     return LineError(number, 'needs either "prompt" (a string) or "messages" (a non-empty list), not both')
+
+
+FORMATS = ("response_format", "schema")
+
+
+def _format(value: dict[str, Any]) -> Format | str | None:
+    """The line's answer format, or what is wrong with it."""
+    if "response_format" in value and "schema" in value:
+        return "give response_format or schema, not both"
+    try:
+        if "schema" in value:
+            return from_schema(value["schema"])
+        if "response_format" in value:
+            return response_format(value["response_format"])
+    except InvalidParameter as exc:
+        return f"{exc.name} must be {exc.expected}"
+    return None
 
 
 def finished_ids(path: Path) -> set[str]:

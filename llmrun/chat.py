@@ -23,6 +23,7 @@ from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
 from llmrun.pipeline import conversation_ids
 from llmrun.sampling import SamplingParams
 from llmrun.store import SAFE_NAME, atomic_write_text
+from llmrun.structured.formats import Format
 from llmrun.template import Message
 from llmrun.tokens import common_prefix
 
@@ -68,6 +69,7 @@ class ChatSession:
     on_overflow: OnOverflow = "drop"
     turns: list[Turn] = field(default_factory=list)
     last: TurnReport | None = None
+    answer_format: Format | None = None  # every answer constrained to it (/set format json, /set schema FILE)
     _cached: list[int] = field(default_factory=list)
 
     # --- conversation -----------------------------------------------------------
@@ -141,8 +143,13 @@ class ChatSession:
         parts: list[str] = []
         generated: list[int] = []
         done: Done | None = None
+        constraint = None
+        if self.answer_format is not None:
+            from llmrun.structured.grammar import constraint_for
+
+            constraint = constraint_for(self.model, self.answer_format)
         try:
-            for event in self.model.stream(ids, self.params):
+            for event in self.model.stream(ids, self.params, constraint=constraint):
                 if isinstance(event, Done):
                     done = event
                 else:
@@ -158,9 +165,13 @@ class ChatSession:
 
     # --- settings ---------------------------------------------------------------
     def set_param(self, name: str, value: str) -> tuple[str, Any]:
-        """``/set NAME VALUE`` with the same validation as the flags; returns the field and new value."""
+        """``/set NAME VALUE`` with the same validation as the flags; returns the field and new value.
+        ``format`` (json | off), ``schema`` FILE and ``grammar`` FILE set what every answer must be."""
         normal = name.lower().replace("-", "_")
         key = PARAM_ALIASES.get(normal, normal)
+        if key in FORMAT_PARAMS:
+            self.answer_format = _answer_format(key, value.strip())
+            return "format", self.answer_format.kind if self.answer_format else "off"
         fields = {f.name: f for f in dataclasses.fields(SamplingParams)}
         if key in LOAD_PARAMS:
             raise UsageError(
@@ -225,6 +236,22 @@ class ChatSession:
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc.strerror}", "check the path and permissions") from exc
         return path
+
+
+FORMAT_PARAMS = ("format", "schema", "grammar")
+
+
+def _answer_format(key: str, value: str) -> Format | None:
+    from llmrun.structured import ANY_JSON, load_grammar, load_schema
+    from llmrun.structured.grammar import compile_format
+
+    if key == "format" and value.lower() in ("off", "none", "text"):
+        return None
+    if key == "format" and value.lower() != "json":
+        raise UsageError(f"/set format takes json or off, got {value!r}", "/set schema FILE for a JSON Schema")
+    fmt = ANY_JSON if key == "format" else load_schema(value) if key == "schema" else load_grammar(Path(value))
+    compile_format(fmt)  # one the decoder cannot enforce is refused now, not at the next message
+    return fmt
 
 
 def _check_name(name: str) -> str:

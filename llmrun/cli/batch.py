@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from llmrun.batchio import Item, OrderedWriter
     from llmrun.engine import Engine, LoadedEntry, Request
     from llmrun.pipeline import RunPlan
+    from llmrun.structured import Format
 
 BATCH_CONTEXT = 2048  # per sequence, unless --ctx (at most the model's trained length)
 
@@ -56,10 +57,14 @@ def batch(
     ] = None,
     threads: o.ThreadsOpt = None,
     force: o.ForceOpt = False,
+    answer_format: o.FormatOpt = None,
+    schema: o.SchemaOpt = None,
+    grammar: o.GrammarOpt = None,
 ) -> None:
     """Generate answers for many prompts with continuous batching; results as JSONL in input order.
 
-    Per-line "max_tokens", "temperature" and "seed" in JSONL override the flags.
+    Per-line "max_tokens", "temperature" and "seed" in JSONL override the flags, and a line's
+    "response_format" (OpenAI's shape) or "schema" (a JSON Schema) its answer's format.
 
     Example: llmrun batch prompts.txt -o answers.jsonl --parallel 8 -n 64
     """
@@ -67,6 +72,11 @@ def batch(
     from llmrun.cli import render
     from llmrun.cli.run import plan
 
+    constrained = o.response_format(answer_format, schema, grammar)
+    if constrained is not None:
+        from llmrun.structured.grammar import compile_format
+
+        compile_format(constrained)
     lines = _read(source)
     items, problems = [], []
     for parsed in batchio.parse(lines):
@@ -101,7 +111,7 @@ def batch(
         return
     handle: IO[str] = output.open("a", encoding="utf-8") if output is not None else sys.stdout
     try:
-        _run(run_plan, todo, parallel, system, raw, handle)
+        _run(run_plan, todo, parallel, Shape(system, raw, constrained), handle)
     finally:
         if output is not None:
             handle.close()
@@ -133,7 +143,16 @@ def _check_memory(run_plan: RunPlan, parallel: int, force: bool) -> None:
         render.warn(warning)
 
 
-def _run(run_plan: RunPlan, items: list[Item], parallel: int, system: str | None, raw: bool, handle: IO[str]) -> None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shape:
+    """What every line's request shares unless the line says otherwise."""
+
+    system: str | None
+    raw: bool
+    answer_format: Format | None
+
+
+def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, handle: IO[str]) -> None:
     from llmrun import batchio
     from llmrun.cli import render
     from llmrun.engine import Engine, Request
@@ -150,11 +169,15 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, system: str | None
             render.warn(f"line {item.line} (id {item.id}): {word(str(exc), fields)}; skipped")
             writer.add(item.id, None)
             continue
+        fmt = item.response_format or shape.answer_format
         if item.prompt is not None:
-            requests.append(Request(prompt=item.prompt, params=params, system=system, raw=raw))
+            request = Request(
+                prompt=item.prompt, params=params, system=shape.system, raw=shape.raw, response_format=fmt
+            )
         else:
             messages = tuple(Message(role, content) for role, content in item.messages)
-            requests.append(Request(messages=messages, params=params, system=system))
+            request = Request(messages=messages, params=params, system=shape.system, response_format=fmt)
+        requests.append(request)
         kept.append(item)
     engine = Engine()
     with render.status(f"Loading {run_plan.model.name}…"):

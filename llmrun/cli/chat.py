@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 COMMANDS = {
     "/help": "show this help",
-    "/set": "/set PARAM VALUE — change a sampling parameter (e.g. /set temperature 0.2)",
+    "/set": "/set PARAM VALUE — change a sampling parameter (e.g. /set temperature 0.2); "
+    "/set format json|off, /set schema FILE, /set grammar FILE — what every answer must be",
     "/show": "/show params|model|template|system",
     "/system": "/system TEXT — set the system prompt (empty to remove it)",
     "/clear": "forget the conversation",
@@ -71,6 +72,9 @@ def chat(
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
     force: o.ForceOpt = False,
+    answer_format: o.FormatOpt = None,
+    schema: o.SchemaOpt = None,
+    grammar: o.GrammarOpt = None,
     rag: o.RagOpt = None,
     k: o.TopChunksOpt = 4,
     min_score: o.MinScoreOpt = -1.0,
@@ -91,6 +95,11 @@ def chat(
     if template is not None and template not in BUILTIN_TEMPLATES:
         raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
     flags = o.sampling_values(locals())
+    constrained = o.response_format(answer_format, schema, grammar)
+    if constrained is not None:
+        from llmrun.structured.grammar import compile_format
+
+        compile_format(constrained)
     model = model or chat_default()
     run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
     engine = Engine(template=template)
@@ -104,6 +113,7 @@ def chat(
         run_plan.sampling,
         system,
         on_overflow,  # type: ignore[arg-type]
+        answer_format=constrained,
     )
     try:
         repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store, min_score))
@@ -362,6 +372,9 @@ class Repl:
             self.note(f"[dropped the {report.dropped_turns} oldest turn(s) to fit the context]")
         if report and report.stats and report.stats.finish_reason == "context":
             self.note("[the answer filled the context and was cut]")
+        if report and report.stats and report.stats.valid is False:
+            cut = "max_tokens" if report.stats.finish_reason == "length" else report.stats.finish_reason
+            self.note(f"[the answer is not complete under the format: {cut} ended it first]")
         self.used = self.session.context_used
 
     # --- views ---------------------------------------------------------------------
@@ -376,6 +389,7 @@ class Repl:
         if what == "params":
             for key, value in s.params.to_dict().items():
                 self.out.print(f"{key:18} {value!r}")
+            self.out.print(f"{'format':18} {s.answer_format.kind if s.answer_format else 'off'!r}")
         elif what == "model":
             self.out.print(f"{s.model_name}  ({s.model.path}, context {s.n_ctx:,} tokens)")
         elif what == "template":

@@ -34,8 +34,16 @@ class UnsupportedFormat(UsageError):
     """A schema or grammar the constrained decoder cannot enforce (names what it cannot)."""
 
 
-def _parameter(fmt: Format) -> str:
-    return "grammar" if fmt.kind in ("lark", "gbnf") else "schema"
+def _what(fmt: Format) -> str:
+    return "this grammar" if fmt.kind in ("lark", "gbnf") else "this schema"
+
+
+def _reason(message: str) -> str:
+    """llguidance's message, in a user's words where it names keywords it does not enforce."""
+    line = message.strip().splitlines()[0] if message.strip() else "invalid"
+    if line.startswith("Unimplemented keys:"):
+        return f"it uses {line.partition(':')[2].strip()}, which constrained decoding cannot enforce"
+    return line
 
 
 @functools.lru_cache(maxsize=256)
@@ -49,15 +57,8 @@ def compile_format(fmt: Format) -> str:
         grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
     failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
-        raise UnsupportedFormat(
-            f"the `{_parameter(fmt)}` cannot be enforced while decoding: {_first_line(messages[0])}",
-            _advice(fmt, messages[0]),
-        )
+        raise UnsupportedFormat(f"{_what(fmt)} cannot be enforced: {_reason(messages[0])}", _advice(fmt, messages[0]))
     return grammar
-
-
-def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else "invalid"
 
 
 def _advice(fmt: Format, message: str) -> str:
@@ -77,10 +78,8 @@ class Constraint:
         self.format = fmt
         self._matcher = LLMatcher(tokenizer, compile_format(fmt), log_level=0)
         if self._matcher.is_error():
-            raise UnsupportedFormat(
-                f"the `{_parameter(fmt)}` cannot be enforced while decoding: {self._matcher.get_error()}",
-                _advice(fmt, self._matcher.get_error()),
-            )
+            error = self._matcher.get_error()
+            raise UnsupportedFormat(f"{_what(fmt)} cannot be enforced: {_reason(error)}", _advice(fmt, error))
         self._ends = frozenset(tokenizer.eos_tokens)
         self._n_vocab = int(tokenizer.vocab_size)
         self.accepted = 0  # tokens fed to the grammar

@@ -78,11 +78,14 @@ def call_schema(tools: Sequence[Tool], arguments_key: str = "arguments") -> dict
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
+MAX_PARALLEL_CALLS = 8  # a small model asked for calls may otherwise repeat one until max_tokens
+
+
 def _calls_schema(use: ToolUse, arguments_key: str = "arguments") -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "array", "items": call_schema(use.callable(), arguments_key), "minItems": 1}
-    if not use.parallel:
-        schema["maxItems"] = 1
-    return schema
+    """One call (a named function, or parallel_tool_calls false), else one to MAX_PARALLEL_CALLS."""
+    items = call_schema(use.callable(), arguments_key)
+    single = not use.parallel or use.mode == "function"
+    return {"type": "array", "items": items, "minItems": 1, "maxItems": 1 if single else MAX_PARALLEL_CALLS}
 
 
 def _json(schema: dict[str, Any]) -> str:
@@ -135,7 +138,8 @@ def dialect_for(template: str) -> Dialect:
 
 def _hermes_format(use: ToolUse, marker: Marker) -> Format:
     call = f'{marker("<tool_call>")} "\\n" {_json(call_schema(use.callable()))} "\\n" {marker("</tool_call>")}'
-    calls = 'call ("\\n" call)*' if use.parallel else "call"
+    single = not use.parallel or use.mode == "function"
+    calls = "call" if single else f'call ("\\n" call)~0..{MAX_PARALLEL_CALLS - 1}'
     start = "TEXT | calls" if use.mode == "auto" else "calls"
     lines = [f"start: {start}", f"calls: {calls}", f"call: {call}"]
     if use.mode == "auto":
