@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,7 +188,10 @@ class GgufModel:
 
             n_vocab = int(self.llama.n_vocab())
             ends = [i for i in range(n_vocab) if self.is_end(i)]
-            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=n_vocab, eos_token=ends)
+            with warnings.catch_warnings():  # llguidance calls a llama.cpp function llama-cpp-python deprecates
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tokenizer = lltokenizer_from_vocab(self._vocab, n_vocab=n_vocab, eos_token=ends)
+            self._grammar_tokenizer = tokenizer
         return self._grammar_tokenizer
 
     def _scorer(self, n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 # JSON the way people and models write it ({"a": 1, "b": [2, 3]}), with no freedom for whitespace:
 # with free whitespace a small model can fill its whole budget with newlines inside a valid document.
+MAX_DIGITS = 16  # a run of digits ends here where the grammar allows anything else (llama.cpp's JSON bound)
 JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
@@ -86,6 +87,8 @@ class Constraint:
         self._seen = 0  # calls of follow()
         self.failed = False  # a token the grammar rejects was chosen (a stop string, or a backend bug)
         self.ended = False  # an end-of-text token was chosen
+        self._tokenizer = tokenizer
+        self.digits = 0  # digits at the end of the text so far
 
     # --- the grammar's side -------------------------------------------------------
     def accept(self, token_id: int) -> None:
@@ -98,6 +101,9 @@ class Constraint:
         self.accepted += 1
         if not self._matcher.consume_token(token_id):
             self.failed = True
+        piece = self._tokenizer.decode_bytes([token_id])
+        run = len(piece) - len(piece.rstrip(b"0123456789"))
+        self.digits = self.digits + run if run == len(piece) else run
 
     def catch_up(self, generated: Sequence[int]) -> None:
         """Accept what of ``generated`` (the sequence's tokens so far) the grammar has not seen."""
@@ -134,6 +140,12 @@ class Constraint:
         if bits.size < self._n_vocab:
             bits = np.concatenate([bits, np.zeros(self._n_vocab - bits.size, dtype=np.bool_)])
         flags: npt.NDArray[np.bool_] = bits[: self._n_vocab]
+        if self.digits >= MAX_DIGITS:  # a number (or digits in a string) running on: end it where it may end,
+            digits, zeros = _digit_tokens(self._tokenizer)  # else move it on (0.000… stays above 0 forever)
+            for unwanted in (digits, zeros):
+                others = flags & ~unwanted
+                if others.any():
+                    return others
         return flags
 
     def mask(self, logits: npt.NDArray[np.float32]) -> None:
@@ -162,6 +174,21 @@ class Constraint:
         n = min(width, flags.size)
         row[:n] = flags[:n]
         return mx.where(mx.array(row), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+@functools.lru_cache(maxsize=4)
+def _digit_tokens(tokenizer: Any) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which tokens of ``tokenizer`` begin with a digit, and which are only zeros (built when a run of
+    digits first gets long)."""
+    import numpy as np
+
+    starts = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
+    zeros = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
+    for token_id in range(starts.size):
+        piece = tokenizer.decode_bytes([token_id])
+        starts[token_id] = bool(piece) and 48 <= piece[0] <= 57
+        zeros[token_id] = bool(piece) and not piece.strip(b"0")
+    return starts, zeros
 
 
 def marker_for(model: object) -> Callable[[str], str]:
