@@ -378,3 +378,16 @@ def test_templates_see_tools_and_calls_as_huggingface_passes_them() -> None:
         tools=[ADD.openai()],
     )
     assert text == 'TOOLS:add;user:sumassistant:add{"a": 1}tool:1#c1'  # (trim_blocks eats the newlines)
+
+
+def test_a_run_of_digits_ends_where_the_grammar_lets_it(toy: Any) -> None:
+    number = Constraint(toy, from_schema({"type": "number"}))
+    zeros = Constraint(toy, from_schema({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}))
+    for constraint, start in ((number, b"1"), (zeros, b"0.")):
+        for token in start:
+            constraint.accept(token)
+        greedy_zero = lambda options: ord("0") if ord("0") in options else EOS if EOS in options else min(options)  # noqa: E731
+        text = start + drive(constraint, greedy_zero, 60)
+        assert len(text) <= 20, text  # a greedy "0" forever would never end
+        value = json.loads(text)
+        assert value > 0
