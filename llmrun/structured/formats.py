@@ -125,13 +125,12 @@ OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProper
 
 
 def declared_only(schema: Any) -> Any:
-    """``schema`` with each object that lists ``properties`` and says nothing about others closed to
-    them (``additionalProperties: false``), as OpenAI's strict mode requires. Every answer valid under
-    the result is valid under ``schema``: a small model otherwise invents keys until ``max_tokens``.
-    A schema with ``allOf`` anywhere is left as it is (its parts' properties are combined)."""
-    if _mentions(schema, "allOf"):
-        return schema
-    return _close(schema)
+    """``schema`` as it is enforced: each object that lists ``properties`` and says nothing about
+    others closed to them (``additionalProperties: false``), as OpenAI's strict mode requires, and
+    ``uniqueItems: false`` (which asks nothing) dropped. Every answer valid under the result is valid
+    under ``schema``: a small model otherwise invents keys until ``max_tokens``. With ``allOf``
+    anywhere no object is closed (its parts' properties are combined)."""
+    return _close(schema, not _mentions(schema, "allOf"))
 
 
 SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
@@ -139,23 +138,26 @@ SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 SCHEMA_ONES = ("items", "additionalProperties", "contains", "not", "if", "then", "else", "propertyNames")
 
 
-def _close(node: Any) -> Any:
-    """One schema closed, with the schemas it holds (by keyword: a property may be named anything)."""
+def _close(node: Any, close: bool) -> Any:
+    """One schema prepared, with the schemas it holds (by keyword: a property may be named anything)."""
     if not isinstance(node, dict):
         return node
     closed = dict(node)
     for key in SCHEMA_MAPS:
         if isinstance(node.get(key), dict):
-            closed[key] = {name: _close(value) for name, value in node[key].items()}
+            closed[key] = {name: _close(value, close) for name, value in node[key].items()}
     for key in SCHEMA_LISTS:
         if isinstance(node.get(key), list):
-            closed[key] = [_close(value) for value in node[key]]
+            closed[key] = [_close(value, close) for value in node[key]]
     for key in SCHEMA_ONES:
-        value = node.get(key)
-        closed[key] = [_close(v) for v in value] if isinstance(value, list) else _close(value)
-        if key not in node:
-            del closed[key]
-    if isinstance(node.get("properties"), dict) and not any(key in node for key in OPEN_KEYWORDS):
+        if key in node:
+            value = node[key]
+            closed[key] = [_close(v, close) for v in value] if isinstance(value, list) else _close(value, close)
+    if isinstance(node.get("allOf"), list):
+        closed["allOf"] = [_close(value, close) for value in node["allOf"]]
+    if node.get("uniqueItems") is False:
+        del closed["uniqueItems"]
+    if close and isinstance(node.get("properties"), dict) and not any(key in node for key in OPEN_KEYWORDS):
         closed["additionalProperties"] = False
     return closed
 

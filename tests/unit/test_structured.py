@@ -121,6 +121,8 @@ def test_declared_only_closes_objects_that_say_nothing_of_others() -> None:
     assert closed["$defs"]["d"]["additionalProperties"] is False
     combined = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
     assert declared_only(combined) == combined  # closing each part would forbid the other's properties
+    assert declared_only({"type": "array", "uniqueItems": False}) == {"type": "array"}  # asks nothing
+    compile_format(from_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": False}))
 
 
 def test_a_keyword_the_engine_cannot_enforce_is_named_not_ignored() -> None:
