@@ -10,7 +10,7 @@ from llmrun.errors import InvalidParameter
 from llmrun.pipeline import PromptFormat, chat_template, conversation_ids, prompt_ids
 from llmrun.sampling import SamplingParams
 from llmrun.structured.formats import Format
-from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages
+from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages, uses_tools
 from llmrun.template import Message
 
 if TYPE_CHECKING:
@@ -91,9 +91,11 @@ def request_constraint(model: LoadedModel, templates: Templates, request: Reques
 def request_result(result: Result, templates: Templates, request: Request) -> Result:
     """The result with its tool calls read out of the text (when the request offered tools)."""
     dialect = tool_dialect(templates, request)
-    if dialect is None:
+    if dialect is None or request.tools is None:
         return result
     content, calls = dialect.parse(result.text)
+    if request.tools.mode == "none":  # no call was allowed; what looks like one is text
+        content, calls = (content if not dialect.native else result.text), ()
     return dataclasses.replace(result, content=content, tool_calls=calls)
 
 
@@ -105,6 +107,8 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> t
     messages = [*head, *request.messages]
     dialect = tool_dialect(templates, request)
     if dialect is None or request.tools is None:
+        if uses_tools(messages) and not dialect_for(templates.conversation).native:
+            messages = generic_messages(messages, None)  # earlier calls and results, as such a model reads them
         return conversation_ids(model, templates.conversation, messages), "chat template"
     if dialect.native:
         tools = [t.openai() for t in request.tools.tools]

@@ -33,7 +33,7 @@ def parse_response_format(body: dict[str, Any]) -> Format | None:
 
 
 def parse_tools(body: dict[str, Any]) -> ToolUse | None:
-    """The request's tools and tool_choice (None: no tools, or ``tool_choice: none``)."""
+    """The request's tools and tool_choice (None: no tools)."""
     raw, choice = body.get("tools"), body.get("tool_choice")
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool):
@@ -51,7 +51,7 @@ def parse_tools(body: dict[str, Any]) -> ToolUse | None:
     if choice in (None, "auto"):
         return ToolUse(tools, "auto", parallel=parallel)
     if choice == "none":
-        return None
+        return ToolUse(tools, "none", parallel=parallel)
     if choice == "required":
         return ToolUse(tools, "required", parallel=parallel)
     name = _chosen(choice)

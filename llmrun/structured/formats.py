@@ -15,7 +15,7 @@ from typing import Any, Literal
 from llmrun.errors import InvalidParameter, UsageError
 
 Kind = Literal["json", "schema", "lark", "gbnf"]
-MAX_SOURCE = 1_000_000  # bytes of schema or grammar text: a bound on what a client can make us compile
+MAX_SOURCE = 256_000  # bytes of schema or grammar text: a bound on what a client can make us compile
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ def _reason(message: str) -> str:
     return line
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # at most 64 × 2 × MAX_SOURCE bytes kept
 def compile_format(fmt: Format) -> str:
     """``fmt`` as an llguidance grammar, checked; :class:`UnsupportedFormat` naming the first problem."""
     from llguidance import LLMatcher, grammar_from

@@ -12,7 +12,8 @@ A model family writes calls its own way, and its chat template says which (:func
 
 ``tool_choice: required`` or a named function constrains the answer to calls (of that function) with
 arguments matching its parameters; ``auto`` lets the model choose between text and calls, and a call it
-starts is constrained as well. Nothing is left to hope.
+starts is constrained as well; ``none`` keeps the tools in the prompt (the conversation may refer to
+earlier calls) and the answer to text. Nothing is left to hope.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Literal
 from llmrun.structured.formats import Format, declared_only, from_schema
 from llmrun.template import Message, ToolCall
 
-Mode = Literal["auto", "required", "function"]
+Mode = Literal["auto", "required", "function", "none"]
 Marker = Callable[[str], str]  # a marker's text → how the grammar spells it (a special token, or the text)
 
 
@@ -50,7 +51,7 @@ class Tool:
 
 @dataclass(frozen=True, slots=True)
 class ToolUse:
-    """The tools a request offers and how the model must use them (``tool_choice: none`` is no ToolUse)."""
+    """The tools a request offers and how the model must use them (``none``: it knows them, answers in text)."""
 
     tools: tuple[Tool, ...]
     mode: Mode = "auto"
@@ -125,6 +126,11 @@ MISTRAL = Dialect("mistral", True)
 GENERIC = Dialect("generic", False)
 
 
+def uses_tools(messages: Sequence[Message]) -> bool:
+    """Whether a conversation holds earlier calls or tool results."""
+    return any(m.tool_calls or m.role == "tool" for m in messages)
+
+
 def dialect_for(template: str) -> Dialect:
     """How the model behind ``template`` writes tool calls (generic when its template has no tools)."""
     if "<tool_call>" in template:
@@ -140,26 +146,27 @@ def _hermes_format(use: ToolUse, marker: Marker) -> Format:
     call = f'{marker("<tool_call>")} "\\n" {_json(call_schema(use.callable()))} "\\n" {marker("</tool_call>")}'
     single = not use.parallel or use.mode == "function"
     calls = "call" if single else f'call ("\\n" call)~0..{MAX_PARALLEL_CALLS - 1}'
-    start = "TEXT | calls" if use.mode == "auto" else "calls"
-    lines = [f"start: {start}", f"calls: {calls}", f"call: {call}"]
-    if use.mode == "auto":
+    lines = [f"start: {_start(use, 'calls')}", f"calls: {calls}", f"call: {call}"]
+    if use.mode in ("auto", "none"):
         lines.append(_text_not_starting_with("<tool_call>"))
     return Format("lark", "\n".join(lines))
 
 
+def _start(use: ToolUse, calls: str) -> str:
+    return {"auto": f"TEXT | {calls}", "none": "TEXT"}.get(use.mode, calls)
+
+
 def _llama3_format(use: ToolUse, marker: Marker) -> Format:
     call = _json(call_schema(use.callable(), "parameters"))  # Llama 3 templates take one call a turn
-    start = "TEXT | call" if use.mode == "auto" else "call"
-    lines = [f"start: {start}", f"call: {call}"]
-    if use.mode == "auto":
+    lines = [f"start: {_start(use, 'call')}", f"call: {call}"]
+    if use.mode in ("auto", "none"):
         lines.append(_text_not_starting_with("{"))
     return Format("lark", "\n".join(lines))
 
 
 def _mistral_format(use: ToolUse, marker: Marker) -> Format:
-    start = "TEXT | calls" if use.mode == "auto" else "calls"
-    lines = [f"start: {start}", f"calls: {marker('[TOOL_CALLS]')} {_json(_calls_schema(use))}"]
-    if use.mode == "auto":
+    lines = [f"start: {_start(use, 'calls')}", f"calls: {marker('[TOOL_CALLS]')} {_json(_calls_schema(use))}"]
+    if use.mode in ("auto", "none"):
         lines.append(_text_not_starting_with("[TOOL_CALLS]"))
     return Format("lark", "\n".join(lines))
 
@@ -171,15 +178,13 @@ def _generic_format(use: ToolUse, marker: Marker) -> Format:
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
-    if use.mode != "auto":
-        return from_schema(calls)
     answer = {
         "type": "object",
         "properties": {"response": {"type": "string"}},
         "required": ["response"],
         "additionalProperties": False,
     }
-    return from_schema({"anyOf": [calls, answer]})
+    return from_schema({"auto": {"anyOf": [calls, answer]}, "none": answer}.get(use.mode, calls))
 
 
 _FORMATS: dict[str, Callable[[ToolUse, Marker], Format]] = {
@@ -280,18 +285,20 @@ GENERIC_INSTRUCTIONS = (
 )
 
 
-def generic_messages(messages: Sequence[Message], use: ToolUse) -> list[Message]:
-    """The conversation for a model whose template knows no tools: the tools described in the system
-    message, earlier calls as the JSON the model answers with, tool results as one user turn per run
-    of them (templates such as Gemma's insist that turns alternate)."""
-    described = GENERIC_INSTRUCTIONS.format(
-        tools=json.dumps([t.openai()["function"] for t in use.tools], ensure_ascii=False, indent=1)
-    )
-    if messages and messages[0].role == "system":
-        head = [Message("system", f"{messages[0].content}\n\n{described}")]
-        messages = messages[1:]
-    else:
-        head = [Message("system", described)]
+def generic_messages(messages: Sequence[Message], use: ToolUse | None) -> list[Message]:
+    """The conversation for a model whose template knows no tools: the tools (if offered) described in
+    the system message, earlier calls as the JSON the model answers with, tool results as one user
+    turn per run of them (templates such as Gemma's insist that turns alternate)."""
+    head: list[Message] = []
+    if use is not None:
+        described = GENERIC_INSTRUCTIONS.format(
+            tools=json.dumps([t.openai()["function"] for t in use.tools], ensure_ascii=False, indent=1)
+        )
+        if messages and messages[0].role == "system":
+            head = [Message("system", f"{messages[0].content}\n\n{described}")]
+            messages = messages[1:]
+        else:
+            head = [Message("system", described)]
     out: list[Message] = []
     names: dict[str, str] = {}  # call id → function name, for results that do not say it
     after_tool = False

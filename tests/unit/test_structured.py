@@ -304,7 +304,7 @@ def test_reading_calls_back(dialect: Any, text: str, content: str | None, calls:
 
 
 @pytest.mark.parametrize("dialect", [HERMES, LLAMA3, MISTRAL, GENERIC])
-@pytest.mark.parametrize("mode", ["auto", "required", "function"])
+@pytest.mark.parametrize("mode", ["auto", "required", "function", "none"])
 def test_every_dialect_grammar_compiles(dialect: Any, mode: str) -> None:
     use = ToolUse((WEATHER, ADD), mode, "add" if mode == "function" else None)  # type: ignore[arg-type]
     compile_format(dialect.format(use, lambda text: json.dumps(text)))
@@ -338,6 +338,18 @@ def test_auto_text_cannot_begin_a_call_it_does_not_finish(toy: Any) -> None:
         constraint.accept(token)
     assert not constraint.failed
     assert allowed(constraint) == {ord("{")}  # once the marker is written, a call it is
+
+
+def test_tool_choice_none_answers_in_text(toy: Any) -> None:
+    use = ToolUse((WEATHER, ADD), "none")
+    generic = Constraint(toy, GENERIC.format(use, json.dumps))
+    shortest = lambda options: EOS if EOS in options else 34 if 34 in options else min(options)  # noqa: E731
+    text = drive(generic, shortest, 400).decode()
+    assert GENERIC.parse(text) == ("", ()) and set(json.loads(text)) == {"response"}
+    hermes = Constraint(toy, HERMES.format(use, json.dumps))
+    for token in b"<tool_call>":
+        hermes.accept(token)
+    assert hermes.failed  # text may not begin a call
 
 
 def test_generic_conversation_describes_tools_and_keeps_turns_alternating() -> None:
