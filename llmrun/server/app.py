@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from llmrun import __version__
 from llmrun.engine import Result
+from llmrun.engine.request import tool_dialect
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
 from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
 from llmrun.server import openai_api as api
@@ -34,6 +35,7 @@ from llmrun.server.metrics import Metrics
 from llmrun.server.openai_tools import tool_call_deltas
 from llmrun.server.state import Embedding, Served, ServerState
 from llmrun.structured.grammar import UnsupportedFormat
+from llmrun.structured.tools import Dialect, TextStream
 
 log = logging.getLogger("llmrun.server")
 FINGERPRINT = f"llmrun-{__version__}"
@@ -306,7 +308,8 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
     if call.stream:
         from sse_starlette import EventSourceResponse
 
-        events = _stream(queue, tickets, call, head, metrics, started, chat=chat)
+        dialect = tool_dialect(served.scheduler.entry.templates, call.requests[0]) if chat else None
+        events = _stream(queue, tickets, call, head, metrics, started, chat=chat, dialect=dialect)
         # on shutdown the schedulers stop first and send each stream an error event; the grace
         # period lets it reach the client before sse-starlette ends the response
         return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-cache"}, shutdown_grace_period=2.0)
@@ -368,6 +371,9 @@ def _count(metrics: Metrics, result: Result, started: float) -> None:
     metrics.latency.observe(time.monotonic() - started)
 
 
+UNFINISHED = {"finish_reason": None}
+
+
 async def _stream(
     queue: asyncio.Queue[tuple[int, Event]],
     tickets: list[Ticket],
@@ -377,12 +383,13 @@ async def _stream(
     started: float,
     *,
     chat: bool,
+    dialect: Dialect | None = None,
 ) -> AsyncIterator[str]:
     """OpenAI's chunks: the role first (chat), then text deltas, each choice's finish_reason, the usage
     chunk when asked, then [DONE]; an error mid-stream is an error object, and the stream ends."""
     kind = "chat.completion.chunk" if chat else "text_completion"
     remaining = len(call.requests)
-    tools = chat and call.requests[0].tools is not None
+    texts = [TextStream(dialect) for _ in call.requests] if dialect is not None else None
     results: dict[int, Result] = {}
     first = True
 
@@ -416,16 +423,20 @@ async def _stream(
                 remaining -= 1
                 results[index] = event
                 _count(metrics, event, started)
-                if tools:  # the answer's text and calls, once the whole answer says which it is
+                if texts is not None:  # the calls, read from the whole answer; any text not yet shown
                     for delta in tool_call_deltas(event.tool_calls):
-                        yield chunk(
-                            [{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, "finish_reason": None}]
-                        )
-                    if not event.tool_calls and event.content:
-                        yield chunk([choice(index, event.content, None)])
+                        yield chunk([{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, **UNFINISHED}])
+                    shown, content = texts[index].shown, event.content or ""
+                    if not event.tool_calls and content.startswith(shown) and content != shown:
+                        yield chunk([choice(index, content[len(shown) :], None)])
                 yield chunk([choice(index, None if chat else "", api.finish_reason(event))])
                 continue
-            if event.text and not tools:
+            if texts is not None:  # with tools: text once the answer shows it is not a call
+                shown = texts[index].feed(event.text)
+                if shown:
+                    yield chunk([choice(index, shown, None)])
+                continue
+            if event.text:
                 yield chunk([choice(index, event.text, None, _token_logprobs(event, call.logprobs, chat))])
         if call.include_usage:
             yield chunk([], usage=api.usage([results[i] for i in sorted(results)], call.n))

@@ -98,6 +98,12 @@ def _text_not_starting_with(prefix: str) -> str:
     return f"TEXT: /(?s:.+)/ & ~/(?s:\\s*{re.escape(prefix)}.*)/"
 
 
+def _text_without(marker: str) -> str:
+    """A Lark lexeme: any non-empty text that never writes ``marker`` (a call it starts must be the
+    constrained kind: an answer is text, or calls)."""
+    return f"TEXT: /(?s:.+)/ & ~/(?s:.*{re.escape(marker)}.*)/"
+
+
 # --- dialects ---------------------------------------------------------------------------------
 
 
@@ -148,7 +154,7 @@ def _hermes_format(use: ToolUse, marker: Marker) -> Format:
     calls = "call" if single else f'call ("\\n" call)~0..{MAX_PARALLEL_CALLS - 1}'
     lines = [f"start: {_start(use, 'calls')}", f"calls: {calls}", f"call: {call}"]
     if use.mode in ("auto", "none"):
-        lines.append(_text_not_starting_with("<tool_call>"))
+        lines.append(_text_without("<tool_call>"))
     return Format("lark", "\n".join(lines))
 
 
@@ -167,7 +173,7 @@ def _llama3_format(use: ToolUse, marker: Marker) -> Format:
 def _mistral_format(use: ToolUse, marker: Marker) -> Format:
     lines = [f"start: {_start(use, 'calls')}", f"calls: {marker('[TOOL_CALLS]')} {_json(_calls_schema(use))}"]
     if use.mode in ("auto", "none"):
-        lines.append(_text_not_starting_with("[TOOL_CALLS]"))
+        lines.append(_text_without("[TOOL_CALLS]"))
     return Format("lark", "\n".join(lines))
 
 
@@ -326,3 +332,110 @@ def _loaded(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+# --- streaming the text of an answer that may be calls ----------------------------------------------
+
+_CALL_STARTS = {
+    "hermes": ("<tool_call>",),
+    "llama3": ("{", "<|python_tag|>"),
+    "mistral": ("[TOOL_CALLS]", '[{"name"'),  # the marker is a control token: it may show as nothing
+}
+_GENERIC_TEXT = '{"response": "'
+_GENERIC_CALLS = '{"tool_calls": '
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\": "\\", '"': '"'}
+
+
+class TextStream:
+    """The text of an answer to a request with tools, shown while it streams: nothing until the answer
+    shows whether it is text or calls, then the text as it comes (for a template without tools, the
+    string inside ``{"response": "…"}``, decoded); calls are read from the whole answer at its end."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.buffer = ""
+        self.state: Literal["undecided", "text", "calls", "done"] = "undecided"
+        self.shown = ""  # all the text shown so far
+
+    def feed(self, text: str) -> str:
+        """More of the answer; the text to show now."""
+        if self.state in ("calls", "done"):
+            return ""
+        self.buffer += text
+        out = self._generic() if self.dialect is GENERIC else self._native()
+        self.shown += out
+        return out
+
+    def _native(self) -> str:
+        if self.state == "text":
+            out, self.buffer = self.buffer, ""
+            return out
+        head = self.buffer.lstrip()
+        starts = _CALL_STARTS[self.dialect.name]
+        if not head or any(s.startswith(head) for s in starts):
+            return ""  # could still become a call
+        if any(head.startswith(s) for s in starts):
+            self.state = "calls"
+            return ""
+        self.state = "text"
+        out, self.buffer = self.buffer, ""
+        return out
+
+    def _generic(self) -> str:
+        if self.state == "undecided":
+            if self.buffer.startswith(_GENERIC_TEXT):
+                self.state, self.buffer = "text", self.buffer[len(_GENERIC_TEXT) :]
+            elif self.buffer.startswith(_GENERIC_CALLS) or not (
+                _GENERIC_TEXT.startswith(self.buffer) or _GENERIC_CALLS.startswith(self.buffer)
+            ):
+                self.state = "calls"  # (or not the shape the grammar makes: the end reads it whole)
+                return ""
+            else:
+                return ""
+        out, used, closed = json_string_prefix(self.buffer)
+        self.buffer = self.buffer[used:]
+        if closed:
+            self.state = "done"
+        return out
+
+
+def json_string_prefix(raw: str) -> tuple[str, int, bool]:
+    """The start of a JSON string's body decoded: (text, characters used, whether the string closed).
+    An escape cut by the end of ``raw`` is left for the next call."""
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if char == '"':
+            return "".join(out), i + 1, True
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= len(raw):
+            break
+        kind = raw[i + 1]
+        if kind != "u":
+            out.append(_ESCAPES.get(kind, kind))
+            i += 2
+            continue
+        if i + 6 > len(raw):
+            break
+        code = _hex(raw[i + 2 : i + 6])
+        if 0xD800 <= code < 0xDC00:  # a surrogate pair: both halves first
+            if i + 12 > len(raw):
+                break
+            low = _hex(raw[i + 8 : i + 12])
+            out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
+            i += 12
+            continue
+        out.append(chr(code))
+        i += 6
+    return "".join(out), i, False
+
+
+def _hex(text: str) -> int:
+    try:
+        return int(text, 16)
+    except ValueError:
+        return 0xFFFD  # not JSON's escape (the grammar makes it so): shown as the replacement character

@@ -239,3 +239,20 @@ def test_bad_tool_requests_are_400s(client: openai.OpenAI, model: str) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=model, messages=[*ASK, {"role": "tool", "content": "x"}], max_tokens=5)  # type: ignore[list-item]
     assert isinstance(info.value.body, dict) and info.value.body["param"] == "messages[1].tool_call_id"
+
+
+def test_text_answers_stream_as_they_come_when_tools_are_offered(client: openai.OpenAI, model: str) -> None:
+    """tool_choice none (and auto answering in text): the text streams token by token, not at the end."""
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say hello in a short sentence."}],
+        tools=TOOLS,
+        tool_choice="none",
+        temperature=0,
+        max_tokens=60,
+        stream=True,
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 3  # token by token
+    text = "".join(pieces)
+    assert text.strip() and not text.startswith("{")  # the text, not the JSON it was generated in

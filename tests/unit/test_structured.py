@@ -405,3 +405,24 @@ def test_a_run_of_digits_ends_where_the_grammar_lets_it(toy: Any) -> None:
         assert len(text) <= 20, text  # a greedy "0" forever would never end
         value = json.loads(text)
         assert value > 0
+
+
+def streamed(dialect: Any, text: str, step: int = 1) -> tuple[str, str]:
+    from llmrun.structured.tools import TextStream
+
+    stream = TextStream(dialect)
+    shown = "".join(stream.feed(text[i : i + step]) for i in range(0, len(text), step))
+    return shown, stream.state
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_text_streams_once_it_cannot_be_a_call(step: int) -> None:
+    assert streamed(HERMES, "  Hello <b>there</b>", step) == ("  Hello <b>there</b>", "text")
+    assert streamed(HERMES, '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>', step)[0] == ""
+    assert streamed(LLAMA3, '{"name": "add", "parameters": {}}', step) == ("", "calls")
+    assert streamed(MISTRAL, '[{"name": "add", "arguments": {}}]', step) == ("", "calls")
+    assert streamed(MISTRAL, "[1] is a footnote", step) == ("[1] is a footnote", "text")
+    answer = json.dumps({"response": 'Tab\t, "quote", 한국어 👋 \\ \u00e9'}, ensure_ascii=True)  # \uXXXX, surrogates
+    shown, state = streamed(GENERIC, answer, step)
+    assert (shown, state) == ('Tab\t, "quote", 한국어 👋 \\ \u00e9', "done")
+    assert streamed(GENERIC, '{"tool_calls": [{"name": "add", "arguments": {}}]}', step) == ("", "calls")
