@@ -44,8 +44,6 @@ class Request:
             raise InvalidParameter("logprobs", self.logprobs, f"an integer from 0 to {MAX_LOGPROBS}")
         if self.tools is not None and not self.messages:
             raise InvalidParameter("tools", "given", "given with messages (a conversation), not a plain prompt")
-        if self.tools is not None and self.response_format is not None:
-            raise InvalidParameter("response_format", "given with tools", "absent when tools are offered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +82,7 @@ def request_constraint(model: LoadedModel, templates: Templates, request: Reques
     fmt = request.response_format
     dialect = tool_dialect(templates, request)
     if dialect is not None and request.tools is not None:
-        fmt = dialect.format(request.tools, marker_for(model))
+        fmt = dialect.format(request.tools, marker_for(model), request.response_format)
     return constraint_for(model, fmt) if fmt is not None else None
 
 

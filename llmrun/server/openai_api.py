@@ -259,8 +259,6 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     messages = parse_messages(body.get("messages"), limits)
     per_token = max(int(top or 0), 1) if want else 0
     fmt, tools = parse_response_format(body), parse_tools(body)
-    if fmt is not None and tools is not None:
-        raise bad_field("response_format", "response_format together with tools is not supported: send one")
     requests = tuple(
         Request(messages=messages, params=_seeded(params, i), logprobs=per_token, response_format=fmt, tools=tools)
         for i in range(n)

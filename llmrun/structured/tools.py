@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llmrun.errors import UsageError
 from llmrun.structured.formats import Format, declared_only, from_schema
 from llmrun.template import Message, ToolCall
 
@@ -112,9 +113,17 @@ class Dialect:
     name: str
     native: bool  # the template renders the tools and the calls itself
 
-    def format(self, use: ToolUse, marker: Marker) -> Format:
-        """What the answer is constrained to."""
-        return _FORMATS[self.name](use, marker)
+    def format(self, use: ToolUse, marker: Marker, answer: Format | None = None) -> Format:
+        """What the answer is constrained to: calls, or text (or, with ``answer``, a JSON document
+        in that format: OpenAI's ``response_format`` beside ``tools``)."""
+        if answer is not None and not answer.is_json:
+            raise UsageError("with tools, `response_format` must be JSON", "drop the grammar, or the tools")
+        fmt = _FORMATS[self.name](use, marker)
+        if answer is None or self is GENERIC or use.mode in ("required", "function"):
+            return _generic_answer(fmt, answer) if self is GENERIC and answer is not None else fmt
+        lines = [line for line in fmt.text.splitlines() if not line.startswith("TEXT:")]
+        lines = [line.replace("TEXT", "answer", 1) if line.startswith("start:") else line for line in lines]
+        return Format("lark", "\n".join([*lines, f"answer: {_json(declared_only(answer.schema()))}"]))
 
     def parse(self, text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
         """An answer → its text (None when it is only calls) and its calls."""
@@ -191,6 +200,17 @@ def _generic_format(use: ToolUse, marker: Marker) -> Format:
         "additionalProperties": False,
     }
     return from_schema({"auto": {"anyOf": [calls, answer]}, "none": answer}.get(use.mode, calls))
+
+
+def _generic_answer(fmt: Format, answer: Format) -> Format:
+    """The generic shape with ``{"response": <a document in answer's format>}`` for text."""
+    schema = fmt.schema()
+    options = schema.get("anyOf", [schema])
+    shaped = [
+        {**o, "properties": {"response": answer.schema()}} if "response" in o.get("properties", {}) else o
+        for o in options
+    ]
+    return from_schema({"anyOf": shaped} if len(shaped) > 1 else shaped[0])
 
 
 _FORMATS: dict[str, Callable[[ToolUse, Marker], Format]] = {
@@ -270,6 +290,8 @@ def _parse_generic(text: str, dialect: Dialect) -> tuple[str | None, tuple[ToolC
             return None, calls
     if isinstance(value, dict) and isinstance(value.get("response"), str):
         return value["response"], ()
+    if isinstance(value, dict) and set(value) == {"response"}:  # a JSON answer (response_format)
+        return json.dumps(value["response"], ensure_ascii=False), ()
     return text, ()
 
 

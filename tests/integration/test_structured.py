@@ -315,3 +315,29 @@ def test_chat_set_schema(smollm: Path, gemma: Path, tmp_path: Path) -> None:
     answer = next(line for line in out.splitlines() if line.startswith("{"))
     jsonschema.validate(json.loads(answer), PERSON)
     assert "format             'off'" in out
+
+
+def test_markers_are_the_vocabulary_s_special_tokens_when_it_has_them(smollm: Path) -> None:
+    """ChatML's <|im_start|> is a special token of SmolLM2's vocabulary; <tool_call> is not: a grammar
+    names the first by id (text cannot produce it) and the second as text."""
+    from llmrun.structured.formats import Format
+    from llmrun.structured.grammar import marker_for
+
+    model = GgufBackend().load(smollm, LoadParams(512, 2, 0))
+    try:
+        marker = marker_for(model)
+        start = model.tokenize("<|im_start|>", special=True)
+        assert marker("<|im_start|>") == f"<[{start[0]}]>"
+        assert marker("<tool_call>") == '"<tool_call>"'
+        grammar = Format("lark", f'start: {marker("<|im_start|>")} "assistant"')
+        ids = model.tokenize("Hello", add_bos=True)
+        events = list(
+            model.stream(
+                ids, SamplingParams(temperature=1.0, seed=0, max_tokens=20), constraint=constraint_for(model, grammar)
+            )
+        )
+        assert events[0].id == start[0]  # type: ignore[union-attr]
+        done = events[-1]
+        assert isinstance(done, Done) and done.stats.valid and done.text == "assistant"
+    finally:
+        model.close()

@@ -232,7 +232,6 @@ def test_bad_tool_requests_are_400s(client: openai.OpenAI, model: str) -> None:
         {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
         {"tools": [{"type": "function", "function": {"name": "bad name!"}}]},
         {"tool_choice": "required"},
-        {"tools": TOOLS, "response_format": {"type": "json_object"}},
     ):
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model=model, messages=ASK, max_tokens=5, **extra)  # type: ignore[call-overload]
@@ -256,3 +255,26 @@ def test_text_answers_stream_as_they_come_when_tools_are_offered(client: openai.
     assert len(pieces) > 3  # token by token
     text = "".join(pieces)
     assert text.strip() and not text.startswith("{")  # the text, not the JSON it was generated in
+
+
+def test_tools_beside_a_response_format(client: openai.OpenAI, model: str) -> None:
+    """An agent offering tools and asking for its final answer in a schema gets calls or that JSON."""
+    for seed in (1, 2, 3):
+        completion = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tell me about Paris, or look up its weather."}],
+            tools=TOOLS,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "City", "schema": City.model_json_schema()},
+            },
+            temperature=0.9,
+            seed=seed,
+            max_tokens=300,
+        )
+        message = completion.choices[0].message
+        if message.tool_calls:
+            for call in message.tool_calls:
+                check_call(call)
+        else:
+            City.model_validate_json(message.content or "")

@@ -13,7 +13,7 @@ import pytest
 from llmrun.errors import InvalidParameter, UsageError
 from llmrun.generation import Assembler
 from llmrun.sampling import SamplingParams
-from llmrun.structured import ANY_JSON, from_schema, load_grammar, load_schema, response_format
+from llmrun.structured import ANY_JSON, Format, from_schema, load_grammar, load_schema, response_format
 from llmrun.structured.formats import declared_only
 from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format
 from llmrun.structured.tools import (
@@ -133,13 +133,7 @@ def test_a_keyword_the_engine_cannot_enforce_is_named_not_ignored() -> None:
     with pytest.raises(UnsupportedFormat, match="does not exist"):
         compile_format(from_schema({"$ref": "#/$defs/missing"}))
     with pytest.raises(UnsupportedFormat, match="grammar"):
-        compile_format(load_grammar_text("start: (", "lark"))
-
-
-def load_grammar_text(text: str, kind: str) -> Any:
-    from llmrun.structured.formats import Format
-
-    return Format(kind, text)  # type: ignore[arg-type]
+        compile_format(Format("lark", "start: ("))
 
 
 # --- the constraint -----------------------------------------------------------------------------------
@@ -426,3 +420,23 @@ def test_text_streams_once_it_cannot_be_a_call(step: int) -> None:
     shown, state = streamed(GENERIC, answer, step)
     assert (shown, state) == ('Tab\t, "quote", 한국어 👋 \\ \u00e9', "done")
     assert streamed(GENERIC, '{"tool_calls": [{"name": "add", "arguments": {}}]}', step) == ("", "calls")
+
+
+@pytest.mark.parametrize("dialect", [HERMES, LLAMA3, MISTRAL, GENERIC])
+def test_tools_beside_a_response_format_answer_calls_or_that_json(toy: Any, dialect: Any) -> None:
+    answer = from_schema({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+    fmt = dialect.format(ToolUse((ADD,), "auto"), json.dumps, answer)
+    compile_format(fmt)
+    constraint = Constraint(toy, fmt)
+    prefix = b'{"response": ' if dialect is GENERIC else b""
+    for token in prefix + b'{"ok": tr':
+        constraint.accept(token)
+    assert not constraint.failed
+    for token in b"ue}" + (b"}" if dialect is GENERIC else b""):
+        constraint.accept(token)
+    assert constraint.complete
+    text = (prefix + b'{"ok": true}' + (b"}" if dialect is GENERIC else b"")).decode()
+    content, calls = dialect.parse(text)
+    assert calls == () and json.loads(content or "") == {"ok": True}
+    with pytest.raises(UsageError, match="must be JSON"):
+        dialect.format(ToolUse((ADD,), "auto"), json.dumps, Format("lark", 'start: "x"'))
