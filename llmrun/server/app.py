@@ -27,14 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from llmrun import __version__
 from llmrun.engine import Result
 from llmrun.engine.request import tool_dialect
-from llmrun.engine.scheduler import Event, QueueFull, Ticket
-from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
+from llmrun.engine.scheduler import Event, Ticket
+from llmrun.errors import LlmrunError
+from llmrun.server import jobs
 from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError, explain, worded
+from llmrun.server.errors import ApiError
 from llmrun.server.metrics import Metrics
 from llmrun.server.openai_tools import tool_call_deltas
 from llmrun.server.state import Embedding, Served, ServerState
-from llmrun.structured.grammar import UnsupportedFormat
 from llmrun.structured.tools import Dialect, TextStream
 
 log = logging.getLogger("llmrun.server")
@@ -113,8 +113,8 @@ def create_app(state: ServerState) -> FastAPI:
         return _model_card(name)
 
     async def text(request: Request, *, chat: bool) -> Response:
-        body = await _json_body(request, state.config.max_body_bytes)
-        served = await _served(state, body)
+        body = await jobs.json_body(request, state.config.max_body_bytes)
+        served = await jobs.served_model(state, body)
         parse = api.parse_chat if chat else api.parse_completion
         call = parse(body, served.defaults, api.Limits(max_tokens=served.n_ctx, max_n=state.config.max_n))
         return await _complete(request, served, call, metrics, chat=chat)
@@ -129,13 +129,13 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
-        body = await _json_body(request, state.config.max_body_bytes)
+        body = await jobs.json_body(request, state.config.max_body_bytes)
         call = api.parse_embeddings(body)
-        _wrong_kind(state, call.model, embedding=True)
+        jobs.wrong_kind(state, call.model, embedding=True)
         try:
             embedding = await run_in_threadpool(state.get_embedding, call.model)
         except LlmrunError as exc:
-            raise _model_error(state, call.model, exc) from None
+            raise jobs.model_error(state, call.model, exc) from None
         if call.dimensions is not None and call.dimensions != embedding.embedder.dimension:
             message = f"{embedding.name} makes {embedding.embedder.dimension}-dimension vectors; it cannot make others"
             raise ApiError(400, message, param="dimensions", code="unsupported_value")
@@ -172,23 +172,6 @@ def _embed(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, int]:
         return embedder.embed(texts), sum(counts)
 
 
-def _model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
-    if isinstance(exc, InsufficientMemory):
-        return ApiError(503, f"model {name!r} cannot be loaded now: {explain(exc)}", code="insufficient_memory")
-    if isinstance(exc, UsageError) and not isinstance(exc, ModelNotFound):
-        return ApiError(400, explain(exc), param="model", code="model_not_supported")
-    message = f"{worded(exc.message)}; this server runs: {', '.join(state.names()) or 'none'}"
-    return ApiError(404, message, param="model", code="model_not_found")
-
-
-def _wrong_kind(state: ServerState, name: str, *, embedding: bool) -> None:
-    """A text model asked for embeddings, or an embedding model asked for text: a 400 that says which."""
-    if embedding and name in {s.name for s in state.served()}:
-        raise ApiError(400, f"{name} is a text-generation model; ask it for chat or completions", param="model")
-    if not embedding and name in {e.name for e in state.embeddings()}:
-        raise ApiError(400, f"{name} is an embedding model; ask it for /v1/embeddings", param="model")
-
-
 async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
     """Unload models past their keep-alive, every few seconds."""
     while True:
@@ -220,30 +203,6 @@ def _check_length(request: Request, limit: int) -> None:
         raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
 
 
-async def _json_body(request: Request, limit: int) -> Any:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-
-
-async def _served(state: ServerState, body: Any) -> Served:
-    name = body.get("model") if isinstance(body, dict) else None
-    if not isinstance(name, str) or not name.strip():
-        raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
-    _wrong_kind(state, name, embedding=False)
-    try:
-        return await run_in_threadpool(state.get, name)
-    except LlmrunError as exc:
-        raise _model_error(state, name, exc) from None
-
-
 def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun"}
 
@@ -252,57 +211,9 @@ def _error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Ticket]]:
-    """Every request of the call into the model's scheduler; events come back tagged with their choice."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
-    tickets: list[Ticket] = []
-
-    def sink_for(index: int) -> Callable[[Event], None]:
-        def sink(event: Event) -> None:
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, (index, event))
-
-        return sink
-
-    try:
-        for index, request in enumerate(call.requests):
-            tickets.append(served.scheduler.submit(request, sink_for(index)))
-    except QueueFull as exc:
-        _cancel(tickets)
-        raise ApiError(
-            503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
-        ) from None
-    except LlmrunError as exc:
-        _cancel(tickets)
-        raise _request_error(exc, call) from None
-    return queue, tickets
-
-
-def _cancel(tickets: list[Ticket]) -> None:
-    for ticket in tickets:
-        ticket.cancel()
-
-
-def _request_error(exc: LlmrunError, call: api.Call) -> ApiError:
-    """An error the engine gave a request: 503 while stopping, else the request's fault (400)
-    unless it is the model's (500)."""
-    prompt = "messages" if call.requests[0].messages else "prompt"
-    if isinstance(exc, UnsupportedFormat):
-        field = "tools" if call.requests[0].tools is not None else "response_format"
-        return ApiError(400, explain(exc), param=field, code="invalid_request")
-    if isinstance(exc, ShuttingDown):
-        return ApiError(503, explain(exc), code="shutting_down")
-    if isinstance(exc, ContextFull):
-        return ApiError(400, explain(exc), param=prompt, code="context_length_exceeded")
-    if isinstance(exc, UsageError):
-        return ApiError(400, explain(exc), param=prompt, code="invalid_request")
-    return ApiError(500, explain(exc), code="engine_error")
-
-
 async def _complete(request: Request, served: Served, call: api.Call, metrics: Metrics, *, chat: bool) -> Response:
     started = time.monotonic()
-    queue, tickets = _submit(served, call)
+    queue, tickets = jobs.submit(served, call)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     head = {"id": ident, "created": int(time.time()), "model": served.name, "system_fingerprint": FINGERPRINT}
     if call.stream:
@@ -314,8 +225,8 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
         # period lets it reach the client before sse-starlette ends the response
         return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-cache"}, shutdown_grace_period=2.0)
     try:
-        results = await _gather(request, queue, tickets, call, metrics, started)
-    except ClientGone:
+        results = await jobs.gather(request, queue, tickets, call, metrics, started)
+    except jobs.ClientGone:
         return Response(status_code=499)  # nobody reads it: the client closed the connection
     choices = [(api.chat_choice if chat else api.completion_choice)(i, r, call.logprobs) for i, r in enumerate(results)]
     body = {
@@ -325,50 +236,6 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
         "usage": api.usage(results, call.n),
     }
     return JSONResponse(body)
-
-
-async def _gather(
-    request: Request,
-    queue: asyncio.Queue[tuple[int, Event]],
-    tickets: list[Ticket],
-    call: api.Call,
-    metrics: Metrics,
-    started: float,
-) -> list[Result]:
-    """Every choice's Result; the tickets are cancelled when the client goes away first."""
-    count = len(call.requests)
-    results: dict[int, Result] = {}
-    first = True
-    try:
-        while len(results) < count:
-            try:
-                index, event = await asyncio.wait_for(queue.get(), timeout=0.5)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    raise ClientGone from None
-                continue
-            if first:
-                metrics.time_to_first_token.observe(time.monotonic() - started)
-                first = False
-            if isinstance(event, LlmrunError):
-                raise _request_error(event, call)
-            if isinstance(event, Result):
-                results[index] = event
-                _count(metrics, event, started)
-    except BaseException:
-        _cancel(tickets)
-        raise
-    return [results[i] for i in range(count)]
-
-
-class ClientGone(Exception):
-    """The client closed its connection before the answer was ready."""
-
-
-def _count(metrics: Metrics, result: Result, started: float) -> None:
-    metrics.prompt_tokens.inc(result.prompt_tokens)
-    metrics.generated_tokens.inc(result.generated_tokens)
-    metrics.latency.observe(time.monotonic() - started)
 
 
 UNFINISHED = {"finish_reason": None}
@@ -417,12 +284,12 @@ async def _stream(
                 metrics.time_to_first_token.observe(time.monotonic() - started)
                 first = False
             if isinstance(event, LlmrunError):
-                yield json.dumps(_request_error(event, call).body())
+                yield json.dumps(jobs.request_error(event, call).body())
                 return
             if isinstance(event, Result):
                 remaining -= 1
                 results[index] = event
-                _count(metrics, event, started)
+                jobs.tally(metrics, event, started)
                 if texts is not None:  # the calls, read from the whole answer; any text not yet shown
                     for delta in tool_call_deltas(event.tool_calls):
                         yield chunk([{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, **UNFINISHED}])
@@ -442,7 +309,7 @@ async def _stream(
             yield chunk([], usage=api.usage([results[i] for i in sorted(results)], call.n))
         yield "[DONE]"
     finally:
-        _cancel(tickets)
+        jobs.cancel(tickets)
 
 
 def _token_logprobs(token: Any, alternatives: int | None, chat: bool) -> Any:

@@ -1,0 +1,156 @@
+"""What every route that runs a model shares: reading the body, finding the model, handing requests
+to its scheduler and collecting their events, and the errors a request meets on the way (in the
+OpenAI error shape; the Ollama routes reword them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from llmrun.engine import Result
+from llmrun.engine.scheduler import Event, QueueFull, Ticket
+from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
+from llmrun.server import openai_api as api
+from llmrun.server.errors import ApiError, explain, worded
+from llmrun.server.metrics import Metrics
+from llmrun.server.state import Served, ServerState
+from llmrun.structured.grammar import UnsupportedFormat
+
+
+def model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
+    if isinstance(exc, InsufficientMemory):
+        return ApiError(503, f"model {name!r} cannot be loaded now: {explain(exc)}", code="insufficient_memory")
+    if isinstance(exc, UsageError) and not isinstance(exc, ModelNotFound):
+        return ApiError(400, explain(exc), param="model", code="model_not_supported")
+    message = f"{worded(exc.message)}; this server runs: {', '.join(state.names()) or 'none'}"
+    return ApiError(404, message, param="model", code="model_not_found")
+
+
+def wrong_kind(state: ServerState, name: str, *, embedding: bool) -> None:
+    """A text model asked for embeddings, or an embedding model asked for text: a 400 that says which."""
+    if embedding and name in {s.name for s in state.served()}:
+        raise ApiError(400, f"{name} is a text-generation model; ask it for chat or completions", param="model")
+    if not embedding and name in {e.name for e in state.embeddings()}:
+        raise ApiError(400, f"{name} is an embedding model; ask it for /v1/embeddings", param="model")
+
+
+async def json_body(request: Request, limit: int) -> Any:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+async def served_model(state: ServerState, body: Any) -> Served:
+    name = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name.strip():
+        raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
+    wrong_kind(state, name, embedding=False)
+    try:
+        return await run_in_threadpool(state.get, name)
+    except LlmrunError as exc:
+        raise model_error(state, name, exc) from None
+
+
+def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Ticket]]:
+    """Every request of the call into the model's scheduler; events come back tagged with their choice."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    tickets: list[Ticket] = []
+
+    def sink_for(index: int) -> Callable[[Event], None]:
+        def sink(event: Event) -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, (index, event))
+
+        return sink
+
+    try:
+        for index, request in enumerate(call.requests):
+            tickets.append(served.scheduler.submit(request, sink_for(index)))
+    except QueueFull as exc:
+        cancel(tickets)
+        raise ApiError(
+            503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
+        ) from None
+    except LlmrunError as exc:
+        cancel(tickets)
+        raise request_error(exc, call) from None
+    return queue, tickets
+
+
+def cancel(tickets: list[Ticket]) -> None:
+    for ticket in tickets:
+        ticket.cancel()
+
+
+def request_error(exc: LlmrunError, call: api.Call) -> ApiError:
+    """An error the engine gave a request: 503 while stopping, else the request's fault (400)
+    unless it is the model's (500)."""
+    prompt = "messages" if call.requests[0].messages else "prompt"
+    if isinstance(exc, UnsupportedFormat):
+        field = "tools" if call.requests[0].tools is not None else "response_format"
+        return ApiError(400, explain(exc), param=field, code="invalid_request")
+    if isinstance(exc, ShuttingDown):
+        return ApiError(503, explain(exc), code="shutting_down")
+    if isinstance(exc, ContextFull):
+        return ApiError(400, explain(exc), param=prompt, code="context_length_exceeded")
+    if isinstance(exc, UsageError):
+        return ApiError(400, explain(exc), param=prompt, code="invalid_request")
+    return ApiError(500, explain(exc), code="engine_error")
+
+
+async def gather(
+    request: Request,
+    queue: asyncio.Queue[tuple[int, Event]],
+    tickets: list[Ticket],
+    call: api.Call,
+    metrics: Metrics,
+    started: float,
+) -> list[Result]:
+    """Every choice's Result; the tickets are cancelled when the client goes away first."""
+    count = len(call.requests)
+    results: dict[int, Result] = {}
+    first = True
+    try:
+        while len(results) < count:
+            try:
+                index, event = await asyncio.wait_for(queue.get(), timeout=0.5)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    raise ClientGone from None
+                continue
+            if first:
+                metrics.time_to_first_token.observe(time.monotonic() - started)
+                first = False
+            if isinstance(event, LlmrunError):
+                raise request_error(event, call)
+            if isinstance(event, Result):
+                results[index] = event
+                tally(metrics, event, started)
+    except BaseException:
+        cancel(tickets)
+        raise
+    return [results[i] for i in range(count)]
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+def tally(metrics: Metrics, result: Result, started: float) -> None:
+    metrics.prompt_tokens.inc(result.prompt_tokens)
+    metrics.generated_tokens.inc(result.generated_tokens)
+    metrics.latency.observe(time.monotonic() - started)
