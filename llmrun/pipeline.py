@@ -88,6 +88,11 @@ class RunPlan:
     memory: MemoryPlan
     warnings: tuple[str, ...]
 
+    @property
+    def system(self) -> str | None:
+        """The system prompt the model's store keeps with it (Ollama's SYSTEM), for requests without one."""
+        return self.model.foreign.system if self.model.foreign else None
+
     def settings(self) -> list[tuple[str, Any, str]]:
         """(field, value, source) for every effective setting."""
         rows: list[tuple[str, Any, str]] = [
@@ -134,10 +139,16 @@ def plan_run(
         raise UsageError(
             "`max_kv_size` is MLX's rotating KV cache; llama.cpp's KV cache is sized by `n_ctx`", "use `n_ctx` N"
         )
-    entry = resolved.entry
+    entry, foreign = resolved.entry, resolved.foreign
+    store_layer = f"{foreign.source}'s parameters" if foreign else "store"
+    store_defaults = {k: v for k, v in (foreign.defaults if foreign else {}).items() if k != "n_ctx"}
     sampling, sources = merge_layers(
         SamplingParams,
-        [("models.toml", entry.defaults if entry else {}), (COMMAND_LINE, sampling_flags)],
+        [
+            ("models.toml", entry.defaults if entry else {}),
+            (store_layer, store_defaults),
+            (COMMAND_LINE, sampling_flags),
+        ],
     )
     geom = geometry(header)
     defaults = dict(load_defaults())
@@ -147,6 +158,7 @@ def plan_run(
         [
             ("default", defaults),
             ("models.toml", {"n_ctx": entry.context} if entry and entry.context else {}),
+            (store_layer, {"n_ctx": foreign.defaults["n_ctx"]} if foreign and "n_ctx" in foreign.defaults else {}),
             (COMMAND_LINE, load_flags),
         ],
     )

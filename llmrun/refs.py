@@ -6,6 +6,8 @@ Accepted forms:
 * ``owner/repo[:quant]``          a Hugging Face repo (``hf.co/`` prefix allowed)
 * ``owner/repo/file.gguf``        one file of a repo
 * a path                          ``./model.gguf``, ``/abs/model.gguf``, ``~/m.gguf``
+* ``ollama:name[:tag]``           a model in Ollama's store (:mod:`llmrun.otherstores`)
+* ``lmstudio:publisher/repo[/file.gguf]``  a model in LM Studio's
 
 A name never becomes a path by itself: only a name that looks like a path
 (starts with ``/``, ``./``, ``../``, ``~`` or ends in ``.gguf`` with no repo
@@ -20,7 +22,8 @@ from typing import Literal
 
 from llmrun.errors import ModelNotFound, UsageError
 
-Kind = Literal["alias", "hub", "path"]
+Kind = Literal["alias", "hub", "path", "ollama", "lmstudio"]
+STORES: tuple[Kind, ...] = ("ollama", "lmstudio")  # other tools' stores, named by their prefix
 
 _ALIAS = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$")
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -42,6 +45,9 @@ class ModelRef:
             raise UsageError("the model name is empty", "pass -m NAME, e.g. -m gemma3:270m")
         if "\x00" in raw or any(ord(c) < 32 for c in raw):
             raise UsageError(f"the model name {raw!r} contains control characters", "check the name")
+        store, colon, rest = raw.partition(":")
+        if colon and store.lower() in STORES and rest.strip():
+            return ModelRef(store.lower(), raw, rest.strip())  # type: ignore[arg-type]
         if _looks_like_path(raw):
             return ModelRef("path", raw, raw)
         lowered = raw.lower()

@@ -11,11 +11,15 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmrun.config import ModelEntry, Registry, store_dir
 from llmrun.errors import ModelFileError, ModelNotFound
 from llmrun.refs import ModelRef
 from llmrun.store import Progress, ensure_embedded
+
+if TYPE_CHECKING:
+    from llmrun.otherstores import ForeignModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +28,7 @@ class ResolvedModel:
     path: Path  # the local GGUF file, or MLX directory
     entry: ModelEntry | None  # its models.toml entry, when it has one
     detail: str = ""  # what was chosen or fetched, for the user
+    foreign: ForeignModel | None = None  # a model in another tool's store, with the defaults it keeps
 
 
 def resolve(
@@ -32,6 +37,11 @@ def resolve(
     """The local files of ``ref`` in the form ``backend`` runs (a GGUF file, or an MLX directory)."""
     if ref.kind == "hub" and ref.file and Path(ref.text).is_file():
         ref = ModelRef("path", ref.text, ref.text)  # a local dir/sub/file.gguf, not a repo file
+    if ref.kind in ("ollama", "lmstudio"):
+        from llmrun.otherstores import lmstudio_model, ollama_model
+
+        found = ollama_model(ref.name) if ref.kind == "ollama" else lmstudio_model(ref.name)
+        return ResolvedModel(found.name, found.path, None, f"in {found.source}'s store, run in place", found)
     if ref.kind == "path":
         path = Path(ref.name).expanduser()
         if not path.exists():

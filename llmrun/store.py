@@ -111,6 +111,23 @@ def mark_verified(path: Path, sha256: str) -> None:
     atomic_write_text(_sidecar(path), json.dumps(record))
 
 
+def checked_once(path: Path, sha256: str, record: Path) -> bool:
+    """Whether ``path``'s sha256 is ``sha256``: hashed once per version of the file, the answer kept in
+    ``record`` (llmrun's own store) with its size and mtime; False when it does not match."""
+    stat = path.stat()
+    seen = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}
+    try:
+        if json.loads(record.read_text(encoding="utf-8")) == seen:
+            return True
+    except (OSError, ValueError):
+        pass
+    if sha256_file(path) != sha256:
+        return False
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, json.dumps(seen))
+    return True
+
+
 def check_free_space(directory: Path, needed: int, what: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(directory).free

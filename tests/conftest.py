@@ -38,6 +38,8 @@ def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama-models"))  # other tools' stores: never the real ones
+    monkeypatch.setenv("LMSTUDIO_MODELS", str(tmp_path / "lmstudio-models"))
     for name in ("LLMRUN_MODEL", "LLMRUN_DEBUG", "HF_ENDPOINT", "HF_TOKEN", "LLMRUN_VECTOR_STORE"):
         monkeypatch.delenv(name, raising=False)
     return home

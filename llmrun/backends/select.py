@@ -57,6 +57,8 @@ def forms(ref: ModelRef, registry: Registry, made_here: Format | None = None) ->
         path = Path(ref.name).expanduser()
         local: Format | None = "mlx" if path.is_dir() else "gguf"
         return ModelForms(local, local == "gguf", local == "mlx")
+    if ref.kind in ("ollama", "lmstudio"):  # other tools' stores hold GGUF files
+        return ModelForms("gguf", True, False)
     if ref.kind == "hub":  # an MLX repo says so in its name (mlx-community/…, …-mlx)
         mlx = ref.file is None and "mlx" in ref.name.lower()
         return ModelForms(None, not mlx, mlx)

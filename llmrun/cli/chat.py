@@ -111,7 +111,7 @@ def chat(
         entry.templates.conversation,
         entry.templates.conversation_source,
         run_plan.sampling,
-        system,
+        system if system is not None else entry.templates.system,
         on_overflow,  # type: ignore[arg-type]
         answer_format=constrained,
     )

@@ -128,7 +128,15 @@ def pull(
     render.note(str(resolved.path))
 
 
-def list_models(json_output: o.JsonOpt = False) -> None:
+def list_models(
+    json_output: o.JsonOpt = False,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all", "-a", help="Also the models Ollama, LM Studio and the Hugging Face cache hold (run in place)."
+        ),
+    ] = False,
+) -> None:
     """The models in the local store: name, quant, size, when pulled, where."""
     from llmrun.cli import render
     from llmrun.config import store_dir
@@ -161,6 +169,8 @@ def list_models(json_output: o.JsonOpt = False) -> None:
             "size": stat.st_size, "pulled": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stat.st_mtime)),
             "path": str(gguf), "present": True,
         })  # fmt: skip
+    if everything:
+        rows += _foreign_rows()
     if json_output:
         render.print_json(rows)
         return
@@ -168,6 +178,22 @@ def list_models(json_output: o.JsonOpt = False) -> None:
         render.note("no models yet: `llmrun pull NAME`, or `llmrun run` the embedded gemma3:270m")
         return
     render.models_table(rows)
+
+
+def _foreign_rows() -> list[dict[str, Any]]:
+    """Other tools' models (read where they are; a damaged one is listed as such)."""
+    from llmrun.otherstores import huggingface_ggufs, lmstudio_models, ollama_models
+
+    rows = []
+    for listed in [*ollama_models(), *lmstudio_models(), *huggingface_ggufs()]:
+        modified = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(listed.modified)) if listed.modified else ""
+        rows.append({
+            "name": listed.name, "format": "gguf", "repo": f"({listed.source})",
+            "files": [listed.path.name if listed.path else listed.name], "size": listed.size,
+            "pulled": modified, "path": str(listed.path) if listed.path else f"({listed.source}: damaged)",
+            "present": listed.path is not None, "source": listed.source,
+        })  # fmt: skip
+    return rows
 
 
 def _packaged_rows() -> list[dict[str, Any]]:

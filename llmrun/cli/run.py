@@ -128,7 +128,7 @@ def run(
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
     run_plan = plan(model, flags, load_flags, force, backend)
     if show_params:
-        _show_params(run_plan.settings(), system, raw)
+        _show_params(run_plan, system, raw)
         if not text.strip():
             return
     retrieval = None
@@ -173,11 +173,15 @@ def plan(
     return run_plan
 
 
-def _show_params(settings: list[tuple[str, Any, str]], system: str | None, raw: bool) -> None:
+def _show_params(run_plan: RunPlan, system: str | None, raw: bool) -> None:
     from llmrun.cli import render
 
+    settings = run_plan.settings()
     rows = [(o.FLAG_FOR_FIELD.get(name, name), _shown(name, value), source) for name, value, source in settings]
-    rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
+    if system is None and run_plan.system and run_plan.model.foreign:
+        rows.append(("--system", run_plan.system, f"{run_plan.model.foreign.source}'s system prompt"))
+    else:
+        rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
     rows.append(("--raw", raw, "command line" if raw else "default"))
     render.table("Effective settings", ["setting", "value", "source"], rows)
 

@@ -31,7 +31,20 @@ def serve(
         ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind.", rich_help_panel=SERVER)] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, rich_help_panel=SERVER)] = 8080,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", "-p", min=0, max=65535, help="Default: 8080 (11434 with --ollama).", rich_help_panel=SERVER
+        ),
+    ] = None,
+    ollama: Annotated[
+        bool,
+        typer.Option(
+            "--ollama",
+            help="Listen on Ollama's port (11434), so tools wired to Ollama use llmrun unchanged.",
+            rich_help_panel=SERVER,
+        ),
+    ] = False,
     parallel: Annotated[
         int, typer.Option("--parallel", "-P", min=1, max=64, help="Requests decoded together per model.")
     ] = 4,
@@ -92,13 +105,15 @@ def serve(
     ] = False,
     force: o.ForceOpt = False,
 ) -> None:
-    """Serve the OpenAI API (chat completions, completions, models) for editors, agents and chat UIs.
+    """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).
 
     Examples:
 
       llmrun serve
 
       llmrun serve -m qwen2.5:0.5b --port 8000 --parallel 8
+
+      llmrun serve --ollama    (Ollama's port: Open WebUI, Continue and the ollama libraries use it as Ollama)
 
       curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json'
       -d '{"model": "gemma3:270m", "messages": [{"role": "user", "content": "Hello"}]}'
@@ -127,7 +142,33 @@ def serve(
         force=force,
         cache_prompts=not no_prompt_cache,
     )
+    port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
+    _check_port(host, port, ollama)
     _run(config, host, port, warn_open=not _loopback(host) and key is None)
+
+
+DEFAULT_PORT = 8080
+OLLAMA_PORT = 11434
+
+
+def _check_port(host: str, port: int, ollama: bool) -> None:
+    """Refuse before loading anything when the address is taken (on Ollama's port: Ollama, likely)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}", "check --host and --port") from None
+            hint = (
+                "stop Ollama (ollama serve, or its app) first, or pass --port"
+                if port == OLLAMA_PORT
+                else "pass another --port"
+            )
+            raise UsageError(f"port {port} on {host} is already in use", hint) from None
 
 
 def _api_key(value: str | None, path: Path | None) -> str | None:
@@ -187,7 +228,8 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
         render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
-    render.note(f"listening on http://{_shown_host(host)}:{port}/v1 (Ctrl-C stops)")
+    base = f"http://{_shown_host(host)}:{port}"
+    render.note(f"listening on {base}/v1 (OpenAI) and {base}/api (Ollama) (Ctrl-C stops)")
     run(state, host, port)
     render.note("stopped")
 

@@ -54,19 +54,20 @@ class Templates:
     own: str | None
     conversation: str
     conversation_source: str
+    system: str | None = None  # the system prompt the model's store keeps with it (Ollama's SYSTEM)
 
 
 def choose_template(run_plan: RunPlan, name: str | None = None) -> Templates:
     """``name`` (a built-in template), else the model's own, else the built-in for its architecture."""
     from llmrun.template import BUILTIN_TEMPLATES, builtin_for
 
-    own = chat_template(run_plan)
+    own, system = chat_template(run_plan), run_plan.system
     if name:
-        return Templates(own, BUILTIN_TEMPLATES[name], name)
+        return Templates(own, BUILTIN_TEMPLATES[name], name, system)
     if own:
-        return Templates(own, own, "the model's own")
+        return Templates(own, own, "the model's own", system)
     fallback = builtin_for(run_plan.header.architecture)
-    return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)")
+    return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)", system)
 
 
 def tool_dialect(templates: Templates, request: Request) -> Dialect | None:
@@ -99,9 +100,12 @@ def request_result(result: Result, templates: Templates, request: Request) -> Re
 
 def request_ids(model: LoadedModel, templates: Templates, request: Request) -> tuple[list[int], PromptFormat]:
     """The request's prompt tokens; user text is never read as special tokens."""
+    system = request.system if request.system is not None else templates.system  # the model's, unless given
     if request.prompt is not None:
-        return prompt_ids(model, templates.own, request.prompt, request.system, request.raw)
-    head = [Message("system", request.system)] if request.system else []
+        return prompt_ids(model, templates.own, request.prompt, request.system if request.raw else system, request.raw)
+    if any(m.role == "system" for m in request.messages):
+        system = request.system
+    head = [Message("system", system)] if system else []
     messages = [*head, *request.messages]
     dialect = tool_dialect(templates, request)
     if dialect is None or request.tools is None:

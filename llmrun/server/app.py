@@ -29,12 +29,12 @@ from llmrun.engine import Result
 from llmrun.engine.request import tool_dialect
 from llmrun.engine.scheduler import Event, Ticket
 from llmrun.errors import LlmrunError
-from llmrun.server import jobs
+from llmrun.server import jobs, ollama_routes
 from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError
 from llmrun.server.metrics import Metrics
 from llmrun.server.openai_tools import tool_call_deltas
-from llmrun.server.state import Embedding, Served, ServerState
+from llmrun.server.state import Served, ServerState
 from llmrun.structured.tools import Dialect, TextStream
 
 log = logging.getLogger("llmrun.server")
@@ -76,18 +76,19 @@ def create_app(state: ServerState) -> FastAPI:
             _check_length(request, state.config.max_body_bytes)
             response = await call_next(request)
         except ApiError as exc:
-            response = _error_response(exc)
+            response = _error_response(exc, endpoint)
         metrics.requests.labels(endpoint if endpoint in KNOWN else "other", str(response.status_code)).inc()
         return response
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> Response:
-        return _error_response(exc)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return _error_response(exc, request.url.path)
 
     @app.exception_handler(Exception)
-    async def bug(_: Request, exc: Exception) -> Response:
+    async def bug(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
-        return _error_response(ApiError(500, "internal server error (the server log has the details)"))
+        error = ApiError(500, "internal server error (the server log has the details)")
+        return _error_response(error, request.url.path)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -127,6 +128,8 @@ def create_app(state: ServerState) -> FastAPI:
     async def completions(request: Request) -> Response:
         return await text(request, chat=False)
 
+    ollama_routes.add_routes(app, state, metrics)
+
     @app.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
@@ -139,7 +142,7 @@ def create_app(state: ServerState) -> FastAPI:
         if call.dimensions is not None and call.dimensions != embedding.embedder.dimension:
             message = f"{embedding.name} makes {embedding.embedder.dimension}-dimension vectors; it cannot make others"
             raise ApiError(400, message, param="dimensions", code="unsupported_value")
-        vectors, tokens = await run_in_threadpool(_embed, embedding, call)
+        vectors, tokens = await run_in_threadpool(jobs.embed_inputs, embedding, call)
         return JSONResponse(
             {
                 "object": "list",
@@ -152,26 +155,6 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def _embed(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, int]:
-    """The vectors of every input and the tokens they took; an input the model cannot read whole is a 400."""
-    embedder = embedding.embedder
-    with embedding.lock:
-        texts = []
-        for i, item in enumerate(call.inputs):
-            if isinstance(item, tuple):
-                detokenize = getattr(embedder, "detokenize", None)
-                if detokenize is None:
-                    raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
-                item = detokenize(item)
-            texts.append(item)
-        counts = [embedder.count(text) for text in texts]
-        for i, count in enumerate(counts):
-            if count > embedder.max_tokens:
-                message = f"input[{i}] is {count} tokens; {embedding.name} reads at most {embedder.max_tokens}"
-                raise ApiError(400, message, param=f"input[{i}]", code="context_length_exceeded")
-        return embedder.embed(texts), sum(counts)
-
-
 async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
     """Unload models past their keep-alive, every few seconds."""
     while True:
@@ -181,6 +164,7 @@ async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
 
 
 KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+KNOWN |= {f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings")}
 
 
 # --- request plumbing ------------------------------------------------------------------
@@ -207,8 +191,10 @@ def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun"}
 
 
-def _error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def _error_response(exc: ApiError, path: str = "") -> JSONResponse:
+    """The error in the API's own shape: OpenAI's, or Ollama's ``{"error": "…"}`` under /api/."""
+    body = {"error": exc.message} if path.startswith("/api/") else exc.body()
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def _complete(request: Request, served: Served, call: api.Call, metrics: Metrics, *, chat: bool) -> Response:

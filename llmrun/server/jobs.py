@@ -19,7 +19,7 @@ from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNot
 from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError, explain, worded
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import Served, ServerState
+from llmrun.server.state import Embedding, Served, ServerState
 from llmrun.structured.grammar import UnsupportedFormat
 
 
@@ -154,3 +154,23 @@ def tally(metrics: Metrics, result: Result, started: float) -> None:
     metrics.prompt_tokens.inc(result.prompt_tokens)
     metrics.generated_tokens.inc(result.generated_tokens)
     metrics.latency.observe(time.monotonic() - started)
+
+
+def embed_inputs(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, int]:
+    """The vectors of every input and the tokens they took; an input the model cannot read whole is a 400."""
+    embedder = embedding.embedder
+    with embedding.lock:
+        texts = []
+        for i, item in enumerate(call.inputs):
+            if isinstance(item, tuple):
+                detokenize = getattr(embedder, "detokenize", None)
+                if detokenize is None:
+                    raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
+                item = detokenize(item)
+            texts.append(item)
+        counts = [embedder.count(text) for text in texts]
+        for i, count in enumerate(counts):
+            if count > embedder.max_tokens:
+                message = f"input[{i}] is {count} tokens; {embedding.name} reads at most {embedder.max_tokens}"
+                raise ApiError(400, message, param=f"input[{i}]", code="context_length_exceeded")
+        return embedder.embed(texts), sum(counts)

@@ -44,9 +44,16 @@ OPTIONS = {
 # reload; Ollama reloads, llmrun serves the model as loaded)
 UNUSED_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "numa", "num_keep"}
 GENERATE_FIELDS = {"model", "prompt", "system", "format", "options", "stream", "raw", "keep_alive", "images"}
-GENERATE_FIELDS |= {"template", "suffix", "context", "think"}
+GENERATE_FIELDS |= {"template", "suffix", "context", "think", "logprobs", "top_logprobs", "width", "height", "steps"}
 CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
+CHAT_FIELDS |= {"logprobs", "top_logprobs"}
 UNSUPPORTED = {
+    "think": "think is not supported yet (reasoning models come with chat-template fidelity)",
+    "logprobs": "logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
+    "top_logprobs": "top_logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
+    "width": "image generation is not supported",
+    "height": "image generation is not supported",
+    "steps": "image generation is not supported",
     "template": "template is not supported: llmrun renders the model's own chat template (send raw: true instead)",
     "suffix": "suffix (fill-in-the-middle) is not supported",
     "context": "context is deprecated by Ollama and not supported: send the conversation to /api/chat",

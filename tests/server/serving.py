@@ -28,6 +28,8 @@ def hermetic_env(home: Path) -> dict[str, str]:
         "LLMRUN_CONFIG_DIR": str(home / "config"),
         "HF_HOME": str(home / "hf"),
         "HF_HUB_OFFLINE": "1",
+        "OLLAMA_MODELS": str(home / "ollama-models"),
+        "LMSTUDIO_MODELS": str(home / "lmstudio-models"),
     }
     env.pop("LLMRUN_API_KEY", None)
     return env
