@@ -5,7 +5,8 @@
   parameters (``…params``, JSON), the system prompt (``…system``) — stored as ``blobs/sha256-<hex>``.
   ``ollama:llama3.2:3b`` is ``registry.ollama.ai/library/llama3.2:3b``; the tag defaults to ``latest``.
 - **LM Studio** (``$LMSTUDIO_MODELS``, else ``~/.lmstudio/models``, ``~/.cache/lm-studio/models``):
-  ``<publisher>/<repo>/<file>.gguf``; ``lmstudio:publisher/repo`` (its one GGUF, or the Q4_K_M one) or ``lmstudio:publisher/repo/file.gguf``.
+  ``<publisher>/<repo>/<file>.gguf``; ``lmstudio:publisher/repo`` (its one GGUF, or the Q4_K_M one) or
+  ``lmstudio:publisher/repo/file.gguf``.
 
 Everything read here is untrusted: names and digests are checked before they touch a path, manifests
 are size-bounded, a blob's sha256 is checked against its digest once (remembered in llmrun's own store
