@@ -143,6 +143,8 @@ def _blob(root: Path, layer: dict[str, Any], name: str) -> tuple[str, Path]:
         )
     hexdigest = match.group(1)
     path = root / "blobs" / f"sha256-{hexdigest}"
+    if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+        raise ModelFileError(f"the Ollama blob of {name} links outside the store ({path.resolve()})", "re-pull it")
     if not path.is_file():
         raise ModelFileError(
             f"the Ollama model {name} is missing its blob sha256-{hexdigest[:12]}…", f"ollama pull {name}"
