@@ -83,7 +83,7 @@ def test_a_tampered_blob_is_refused(ollama_store: Path, tmp_path: Path) -> None:
     target = ollama_store / "blobs" / layers[0]["digest"].replace(":", "-")
     target.unlink()  # (a hard link: the cached model itself stays)
     target.write_bytes(b"GGUF" + b"\0" * 100)
-    code, out, err = invoke(["run", "-m", "ollama:gemma-test", "hi"])
+    code, _, err = invoke(["run", "-m", "ollama:gemma-test", "hi"])
     assert code == 1 and "does not match its sha256" in err and "Traceback" not in err
     outside = tmp_path / "elsewhere.gguf"
     outside.write_bytes(b"GGUF")
