@@ -164,7 +164,9 @@ async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
 
 
 KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
-KNOWN |= {f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings")}
+KNOWN |= {
+    f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings", "pull")
+}
 
 
 # --- request plumbing ------------------------------------------------------------------

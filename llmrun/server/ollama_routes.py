@@ -6,6 +6,8 @@ OpenAI routes. Streams are NDJSON; errors are ``{"error": "…"}`` with Ollama's
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -15,15 +17,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from llmrun.engine import Result
-from llmrun.errors import LlmrunError
+from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.server import jobs
 from llmrun.server import ollama_api as ollama
 from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError
+from llmrun.server.errors import ApiError, explain
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import Served, ServerState
+from llmrun.server.state import Served, ServerState, in_ollama
 
 Handler = Callable[[Request], Awaitable[Response]]
+log = logging.getLogger("llmrun.server")
 
 
 def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
@@ -44,7 +47,16 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
 
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:
-        return {"models": [_card(state, name) for name in state.names()]}
+        """What this server runs, and what Ollama's store holds (served from there when asked for)."""
+        from llmrun.otherstores import ollama_models
+
+        names = state.names()
+        cards = [_card(state, name) for name in names]
+        for listed in ollama_models():
+            name = listed.name.removeprefix("ollama:")
+            if listed.path is not None and name not in names:
+                cards.append({**_card(state, name), "size": listed.size, "details": {**NO_DETAILS}})
+        return {"models": cards}
 
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
@@ -56,7 +68,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     async def show(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         name = body.get("model") or body.get("name") if isinstance(body, dict) else None
-        if not isinstance(name, str) or name not in state.names():
+        if not isinstance(name, str) or (name not in state.names() and not in_ollama(name)):
             raise ollama.OllamaError(404, f"model {name!r} not found")
         served = await jobs.served_model(state, {"model": name}) if not _embedding(state, name) else None
         return JSONResponse(_show(state, name, served))
@@ -79,6 +91,24 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         call = ollama.parse_chat(body, served.defaults)
         return await _answer(request, served, call, metrics, chat=True)
 
+    @app.post("/api/pull")
+    @ollama_errors
+    async def pull(request: Request) -> Response:
+        body = await jobs.json_body(request, state.config.max_body_bytes)
+        name = (body.get("model") or body.get("name")) if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name.strip():
+            raise ollama.OllamaError(400, "model is required")
+        if not state.config.allow_pull:
+            raise ollama.OllamaError(403, "pulling is off on this server: its operator can start it with --allow-pull")
+        stream = body.get("stream", True)
+        statuses = _pulled(state, name.strip())
+        if stream is not False:
+            return StreamingResponse(statuses, media_type="application/x-ndjson")
+        last: dict[str, Any] = {}
+        async for line in statuses:
+            last = json.loads(line)
+        return JSONResponse(last, status_code=200 if "error" not in last else 500)
+
     @app.post("/api/embed")
     @ollama_errors
     async def embed(request: Request) -> Response:
@@ -95,6 +125,51 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         if not isinstance(body, dict):
             raise ollama.OllamaError(400, "the request body must be a JSON object")
         return await _embed(state, body, [body.get("prompt")], legacy=True)
+
+
+async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
+    """llmrun's verified pull of ``name`` (an alias or a Hub name), its progress as Ollama reports it."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+    def put(item: dict[str, Any] | None) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def progress(file: str, done: int, total: int) -> None:
+        put({"status": f"pulling {file}", "digest": file, "total": total, "completed": done})
+
+    def work() -> None:
+        from llmrun.backends import select
+        from llmrun.config import load_registry
+        from llmrun.refs import ModelRef
+        from llmrun.resolve import resolve
+
+        try:
+            ref = ModelRef.parse(name)
+            if ref.kind not in ("alias", "hub"):
+                raise ModelNotFound(
+                    f"{name!r} is not a name to pull", "pull an alias (gemma3:270m) or owner/repo[:QUANT]"
+                )
+            registry = load_registry()
+            choice = select.choose_for(state.config.backend, name, ref, registry)
+            resolve(ref, registry, progress, choice.backend)
+            for status in ("verifying sha256 digest", "writing manifest", "success"):
+                put({"status": status})
+        except LlmrunError as exc:
+            put({"error": explain(exc)})
+        except Exception as exc:  # a bug: said, not hidden
+            log.exception("pull failed")
+            put({"error": f"the pull failed: {exc}"})
+        finally:
+            put(None)
+
+    put({"status": "pulling manifest"})
+    worker = threading.Thread(target=work, name=f"llmrun pull {name}", daemon=True)
+    worker.start()
+    while (item := await queue.get()) is not None:
+        yield json.dumps(item) + "\n"
 
 
 async def _served(state: ServerState, body: Any) -> Served:

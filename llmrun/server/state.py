@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.engine import Engine
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import ModelNotFound
+from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.refs import ModelRef
 from llmrun.sampling import SamplingParams
 from llmrun.server.errors import worded
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
+    from llmrun.pipeline import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -134,16 +135,25 @@ class ServerState:
         flags = {k: v for k, v in self.config.load_flags.items() if v is not None}
         if self.config.n_ctx is not None:
             flags["n_ctx"] = self.config.n_ctx
-        run_plan = plan_run(
-            load_registry(),
-            name,
-            {},
-            flags,
-            force=self.config.force,
-            available_memory=available_memory,
-            load_defaults=load_defaults,
-            backend=self.config.backend,
-        )
+
+        def planned(model: str) -> RunPlan:
+            return plan_run(
+                load_registry(),
+                model,
+                {},
+                flags,
+                force=self.config.force,
+                available_memory=available_memory,
+                load_defaults=load_defaults,
+                backend=self.config.backend,
+            )
+
+        try:
+            run_plan = planned(name)
+        except LlmrunError:  # not in llmrun's store, and not to be pulled (offline, or not pullable)
+            if not in_ollama(name):
+                raise
+            run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
         forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
@@ -152,7 +162,8 @@ class ServerState:
         scheduler = Scheduler(
             entry, config.parallel, run_plan.load.n_ctx, config.max_queue, cache_prompts=config.cache_prompts
         )
-        return Served(run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
+        served_as = name if run_plan.model.foreign and not name.startswith(("ollama:", "lmstudio:")) else None
+        return Served(served_as or run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
 
     def expire(self, now: float | None = None) -> list[str]:
         """Unload models idle (nothing queued or running) for longer than ``keep_alive``; their names."""
@@ -197,6 +208,17 @@ def _is_embedding(name: str) -> bool:
 
         return is_bert_dir(Path(name).expanduser())
     return is_embedding_model(locate(load_registry(), name, backend="gguf").header)
+
+
+def in_ollama(name: str) -> bool:
+    """Whether Ollama's store has a model of this name (a client of Ollama's API names it as Ollama does)."""
+    from llmrun.otherstores import ollama_dir, ollama_parts
+
+    try:
+        host, namespace, model, tag = ollama_parts(name)
+    except ModelNotFound:
+        return False
+    return (ollama_dir() / "manifests" / host / namespace / model / tag).is_file()
 
 
 def _check_client_name(name: str) -> None:

@@ -14,6 +14,7 @@ import jsonschema
 import ollama
 import pytest
 
+from tests.hubserver import FakeHub
 from tests.server import serving
 
 pytestmark = pytest.mark.slow
@@ -23,9 +24,23 @@ ASK = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def server(smollm: Path, minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def hub(gemma_cache: Path) -> Iterator[FakeHub]:
+    server = FakeHub()
+    server.start()
+    server.add("test/gemma-GGUF", "gemma-3-270m-Q4_K_M.gguf", gemma_cache)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    smollm: Path, minilm: Path, hub: FakeHub, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
-    url, process = serving.start(["-m", CHAT, "-m", str(minilm), "--parallel", "2", "--ctx", "1024"], env)
+    env.pop("HF_HUB_OFFLINE")
+    env["HF_ENDPOINT"] = hub.url  # pulls come from the local Hub test server
+    args = ["-m", CHAT, "-m", str(minilm), "--parallel", "2", "--ctx", "1024", "--allow-pull"]
+    url, process = serving.start(args, env)
     yield url, str(minilm)
     process.send_signal(signal.SIGINT)
     process.wait(timeout=30)
@@ -131,6 +146,22 @@ def test_embed_and_embeddings(client: ollama.Client, server: tuple[str, str]) ->
 def test_an_empty_prompt_loads_the_model(client: ollama.Client) -> None:
     response = client.generate(CHAT, "")
     assert response.done and response.done_reason == "load" and response.response == ""
+
+
+def test_pull_streams_progress_then_the_model_runs(client: ollama.Client, hub: FakeHub) -> None:
+    statuses = list(client.pull("test/gemma-GGUF", stream=True))
+    assert statuses[0].status == "pulling manifest" and statuses[-1].status == "success"
+    downloading = [s for s in statuses if s.status.startswith("pulling gemma")]
+    assert downloading and downloading[-1].completed == downloading[-1].total == 253113024
+    response = client.generate(
+        "test/gemma-GGUF", "The capital of France is", options={"temperature": 0, "num_predict": 8}
+    )
+    assert response.response.strip() == "the capital of the country of France."  # as `llmrun pull` + `run` answer
+    downloads = [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
+    assert client.pull("test/gemma-GGUF").status == "success"
+    assert [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r] == downloads  # nothing again
+    with pytest.raises(ollama.ResponseError):
+        client.pull("test/absent-GGUF")
 
 
 @pytest.mark.parametrize(
