@@ -82,6 +82,8 @@ def find_source(text: str, registry: Registry, progress: Progress | None) -> Sou
     resolved = resolve(ref, registry, progress, "gguf")
     kind = "dir" if resolved.path.is_dir() else "gguf"
     base = resolved.name if ref.kind != "path" else _stem(resolved.path.stem)
+    if ref.kind in ("ollama", "lmstudio"):  # ollama:llama3.2:3b → llama3.2-3b (a name for llmrun's store)
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", ref.name.rsplit("/", 1)[-1].removesuffix(".gguf")).strip("-")
     return Source(resolved.name, _stem(base), resolved.path, kind)
 
 

@@ -164,6 +164,23 @@ def test_pull_streams_progress_then_the_model_runs(client: ollama.Client, hub: F
         client.pull("test/absent-GGUF")
 
 
+def test_langchain_chat_ollama(server: tuple[str, str]) -> None:
+    from langchain_ollama import ChatOllama
+    from pydantic import BaseModel, Field
+
+    class Capital(BaseModel):
+        city: str = Field(max_length=30)
+        country: str = Field(max_length=30)
+
+    llm = ChatOllama(model=CHAT, base_url=server[0], temperature=0, num_predict=40)
+    assert llm.invoke("What is the capital of France?").content
+    chunks = list(llm.stream("Say hello."))
+    assert len(chunks) > 1 and "".join(str(c.content) for c in chunks)
+    structured = ChatOllama(model=CHAT, base_url=server[0], temperature=0.7).with_structured_output(Capital)
+    answer = structured.invoke("What is the capital of France?")
+    assert isinstance(answer, Capital) and answer.city
+
+
 @pytest.mark.parametrize(
     ("call", "status"),
     [
