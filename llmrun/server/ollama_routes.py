@@ -67,7 +67,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     @ollama_errors
     async def show(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
-        name = body.get("model") or body.get("name") if isinstance(body, dict) else None
+        name = (body.get("model") or body.get("name")) if isinstance(body, dict) else None
         if not isinstance(name, str) or (name not in state.names() and not in_ollama(name)):
             raise ollama.OllamaError(404, f"model {name!r} not found")
         served = await jobs.served_model(state, {"model": name}) if not _embedding(state, name) else None
