@@ -175,19 +175,11 @@ async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
 async def _served(state: ServerState, body: Any) -> Served:
     if isinstance(body, dict) and "model" not in body and isinstance(body.get("name"), str):
         body = {**body, "model": body["name"]}
-    if isinstance(body, dict) and isinstance(body.get("model"), str) and _embedding(state, body["model"]):
-        raise ollama.OllamaError(400, f'"{body["model"]}" does not support generate')
-    return await jobs.served_model(state, body)
+    return await jobs.served_model(state, body)  # (an embedding model asked for text: a 400 that says so)
 
 
 def _embedding(state: ServerState, name: str) -> bool:
-    return name in {e.name for e in state.embeddings()} or _is_embedding_name(name)
-
-
-def _is_embedding_name(name: str) -> bool:
-    from llmrun.server.state import _is_embedding
-
-    return _is_embedding(name)
+    return name in {e.name for e in state.embeddings()}
 
 
 async def _answer(

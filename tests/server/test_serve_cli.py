@@ -75,3 +75,16 @@ def test_an_open_bind_needs_a_key_and_bad_options_are_one_line(tmp_path: Path) -
     assert code == 2 and "is empty" in err
     code, _, err = invoke(["serve", "-m", "no-such-model"])
     assert code != 0 and "unknown model" in err and "Traceback" not in err
+
+
+def test_a_taken_port_is_refused_before_loading() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        code, _, err = invoke(["serve", "--port", str(port)])
+        assert code == 2 and f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
+        assert time.monotonic() - started < 5  # before any model loads
