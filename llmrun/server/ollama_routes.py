@@ -76,20 +76,22 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     @app.post("/api/generate")
     @ollama_errors
     async def generate(request: Request) -> Response:
+        started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
         call = ollama.parse_generate(body, served.defaults)
         if call.request.prompt == "":  # Ollama: an empty prompt loads the model and answers at once
             return JSONResponse({**_head(served), "response": "", "done": True, "done_reason": "load"})
-        return await _answer(request, served, call, metrics, chat=False)
+        return await _answer(request, served, call, metrics, started, chat=False)
 
     @app.post("/api/chat")
     @ollama_errors
     async def chat(request: Request) -> Response:
+        started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
         call = ollama.parse_chat(body, served.defaults)
-        return await _answer(request, served, call, metrics, chat=True)
+        return await _answer(request, served, call, metrics, started, chat=True)
 
     @app.post("/api/pull")
     @ollama_errors
@@ -183,10 +185,10 @@ def _embedding(state: ServerState, name: str) -> bool:
 
 
 async def _answer(
-    request: Request, served: Served, call: ollama.OllamaCall, metrics: Metrics, *, chat: bool
+    request: Request, served: Served, call: ollama.OllamaCall, metrics: Metrics, started: float, *, chat: bool
 ) -> Response:
-    started = time.monotonic()
-    load_s = served.scheduler.entry.load_seconds
+    """``started``: when the request came; the time until now went to finding (or loading) the model."""
+    load_s = time.monotonic() - started
     engine_call = api.Call(call.model, (call.request,), call.stream, False, None)
     queue, tickets = jobs.submit(served, engine_call)
     if call.stream:
@@ -267,8 +269,15 @@ def _details(state: ServerState, name: str) -> dict[str, Any]:
         "family": architecture,
         "families": [architecture],
         "parameter_size": "",
-        "quantization_level": str(header.metadata.get("general.file_type", "")),
+        "quantization_level": _quantization(served),
     }
+
+
+def _quantization(served: Served) -> str:
+    from llmrun.quantize.gguf import file_type
+
+    plan = served.scheduler.entry.plan
+    return "" if plan.backend == "mlx" else file_type(plan.header)
 
 
 def _card(state: ServerState, name: str) -> dict[str, Any]:
