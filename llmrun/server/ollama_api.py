@@ -18,6 +18,7 @@ from typing import Any
 
 from llmrun.engine import Request, Result
 from llmrun.errors import InvalidParameter
+from llmrun.otherstores import OLLAMA_PARAMS
 from llmrun.sampling import SamplingParams
 from llmrun.server.errors import worded
 from llmrun.structured.formats import ANY_JSON, Format, from_schema
@@ -26,20 +27,9 @@ from llmrun.template import Message, ToolCall
 
 VERSION = "0.12.0"  # the Ollama API version whose fields this follows (clients check it)
 DONE_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
-# options → SamplingParams fields (num_ctx and load-time options are the server's: see UNUSED_OPTIONS)
-OPTIONS = {
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "num_predict": "max_tokens",
-    "seed": "seed",
-    "stop": "stop",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "repeat_last_n",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-}
+# options → SamplingParams fields: the names Ollama's parameters have in its store too (num_ctx and the
+# other load-time options are the server's: see UNUSED_OPTIONS)
+OPTIONS = {name: field for name, field in OLLAMA_PARAMS.items() if field != "n_ctx"}
 # accepted and left to the server's own settings (a per-request context or thread count would mean a
 # reload; Ollama reloads, llmrun serves the model as loaded)
 UNUSED_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "numa", "num_keep"}
