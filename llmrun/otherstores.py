@@ -231,7 +231,9 @@ def ollama_models(root: Path | None = None) -> Iterator[Listed]:
 
 def huggingface_ggufs() -> Iterator[Listed]:
     """GGUF files other tools pulled into the Hugging Face cache (``owner/repo/file.gguf``)."""
-    hub = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface").expanduser() / "hub"
+    from llmrun.hub import cache_dir
+
+    hub = cache_dir()
     if not hub.is_dir():
         return
     for path in sorted(hub.glob("models--*--*/snapshots/*/*.gguf")):

@@ -56,6 +56,9 @@ def resolve(
         return _resolve_mlx(ref, registry, progress)
     if ref.kind == "hub":
         key = f"{ref.name}/{ref.file}" if ref.file else f"{ref.name}:{ref.tag}" if ref.tag else ref.name
+        cached = _in_huggingface_cache(key) if ref.file and pull.local(key) is None else None
+        if cached is not None:  # another tool pulled it into the Hugging Face cache: run it there
+            return cached
         path, detail = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
         return ResolvedModel(key, path, None, detail)
     entry, quant = _alias(ref, registry)
@@ -78,6 +81,28 @@ def resolve(
     key = entry.name if quant is None or quant == _default_quant(files) else f"{entry.name}-{quant.lower()}"
     path, detail = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
     return ResolvedModel(key, path, entry, detail)
+
+
+def _in_huggingface_cache(key: str) -> ResolvedModel | None:
+    from llmrun.otherstores import ForeignModel, huggingface_ggufs
+
+    for listed in huggingface_ggufs():
+        if listed.name == key and listed.path is not None:
+            _check_cached(listed.path, key)
+            found = ForeignModel(key, listed.path, "Hugging Face cache", size=listed.size)
+            return ResolvedModel(key, listed.path, None, "in the Hugging Face cache, run in place", found)
+    return None
+
+
+def _check_cached(path: Path, key: str) -> None:
+    """A cached LFS file is named by its sha256 (``blobs/<sha256>``): check it is that, once."""
+    from llmrun.store import checked_once
+
+    blob = path.resolve()
+    if re.fullmatch(r"[0-9a-f]{64}", blob.name) and not checked_once(
+        blob, blob.name, store_dir() / "foreign" / "checks" / f"{blob.name}.json"
+    ):
+        raise ModelFileError(f"the cached file of {key} does not match its sha256 (damaged)", f"pull it again: {key}")
 
 
 def _resolve_mlx(ref: ModelRef, registry: Registry, progress: Progress | None) -> ResolvedModel:

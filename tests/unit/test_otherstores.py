@@ -139,3 +139,23 @@ def test_lmstudio_layout(tmp_path: Path) -> None:
             lmstudio_model(bad, [root])
     with pytest.raises(ModelNotFound, match="no model"):
         lmstudio_model("pub/other", [root])
+
+
+def test_a_gguf_another_tool_put_in_the_hugging_face_cache_runs_in_place(hermetic_env: Path) -> None:
+    import os
+
+    from llmrun.config import load_registry
+    from llmrun.resolve import resolve
+
+    hub = Path(os.environ["HF_HOME"]) / "hub" / "models--owner--repo-GGUF"
+    digest = hashlib.sha256(WEIGHTS).hexdigest()
+    (hub / "blobs").mkdir(parents=True)
+    (hub / "blobs" / digest).write_bytes(WEIGHTS)
+    snapshot_dir = hub / "snapshots" / ("0" * 40)
+    snapshot_dir.mkdir(parents=True)
+    (snapshot_dir / "model-Q4_K_M.gguf").symlink_to(hub / "blobs" / digest)
+    resolved = resolve(ModelRef.parse("owner/repo-GGUF/model-Q4_K_M.gguf"), load_registry())
+    assert resolved.path == snapshot_dir / "model-Q4_K_M.gguf" and resolved.foreign is not None
+    (hub / "blobs" / digest).write_bytes(WEIGHTS[::-1])  # changed since: its name no longer says what it is
+    with pytest.raises(ModelFileError, match="does not match its sha256"):
+        resolve(ModelRef.parse("owner/repo-GGUF/model-Q4_K_M.gguf"), load_registry())
