@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from llmrun.engine import Result
+from llmrun.engine.request import tool_dialect
 from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.server import jobs
 from llmrun.server import ollama_api as ollama
@@ -24,6 +25,7 @@ from llmrun.server import openai_api as api
 from llmrun.server.errors import ApiError, explain
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Served, ServerState, in_ollama
+from llmrun.structured.tools import TextStream
 
 Handler = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("llmrun.server")
@@ -215,7 +217,9 @@ async def _lines(
     chat: bool,
 ) -> AsyncIterator[str]:
     """One JSON object a line: each token's text, then the last with ``done: true`` and the timings."""
-    tools = chat and call.requests[0].tools is not None
+    request = call.requests[0]
+    dialect = tool_dialect(served.scheduler.entry.templates, request) if chat else None
+    text = TextStream(dialect) if dialect is not None else None  # with tools: text once it cannot be a call
     first = True
     try:
         while True:
@@ -230,13 +234,18 @@ async def _lines(
                 jobs.tally(metrics, event, started)
                 total = time.monotonic() - started
                 last: dict[str, Any] = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
-                if tools:  # Ollama sends the calls (or the text) once the answer is whole
-                    last = {"message": ollama.chat_message(event)}
+                if text is not None:  # the calls, read from the whole answer; any text not yet shown
+                    message = ollama.chat_message(event)
+                    if not event.tool_calls:
+                        content = event.content or ""
+                        message["content"] = content[len(text.shown) :] if content.startswith(text.shown) else ""
+                    last = {"message": message}
                 line = {**_head(served), **last, **ollama.final(event, total, load_s)}
                 yield json.dumps(line, ensure_ascii=False) + "\n"
                 return
-            if event.text and not tools:
-                piece = {"message": {"role": "assistant", "content": event.text}} if chat else {"response": event.text}
+            shown = text.feed(event.text) if text is not None else event.text
+            if shown:
+                piece = {"message": {"role": "assistant", "content": shown}} if chat else {"response": shown}
                 yield json.dumps({**_head(served), **piece, "done": False}, ensure_ascii=False) + "\n"
     finally:
         jobs.cancel(tickets)

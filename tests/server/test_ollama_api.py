@@ -136,6 +136,27 @@ def test_tool_calls(client: ollama.Client) -> None:
         assert response.message.content
 
 
+def test_streamed_chat_with_tools_shows_text_as_it_comes_or_calls_at_the_end(client: ollama.Client) -> None:
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+    for seed in (1, 2, 3):
+        parts = list(
+            client.chat(
+                CHAT, messages=[{"role": "user", "content": "Tell me a short joke."}], tools=tools, stream=True,
+                options={"temperature": 1.0, "seed": seed, "num_predict": 200},
+            )
+        )  # fmt: skip
+        final = parts[-1]
+        assert final.done and all(not p.done for p in parts[:-1])
+        streamed = "".join(p.message.content or "" for p in parts)
+        if final.message.tool_calls:
+            assert streamed == "" and final.message.tool_calls[0].function.name == "add"
+        elif final.done_reason == "length":  # cut before it was whole: what there is, as it is
+            assert streamed.strip()
+        else:
+            assert streamed.strip() and not streamed.startswith("{")  # the text, not its JSON wrapping
+            assert len([p for p in parts[:-1] if p.message.content]) > 1  # token by token
+
+
 def test_embed_and_embeddings(client: ollama.Client, server: tuple[str, str]) -> None:
     one = client.embed(server[1], "hello world")
     assert len(one.embeddings) == 1 and len(one.embeddings[0]) == 384
