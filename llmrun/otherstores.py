@@ -15,6 +15,7 @@ by size and mtime), and nothing outside the store's folder is read.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -107,7 +108,11 @@ def ollama_model(name: str, root: Path | None = None) -> ForeignModel:
     if MODEL_LAYER not in by_type:
         raise ModelFileError(f"the Ollama model {name} has no GGUF layer", "it may be a cloud or adapter-only model")
     hexdigest, path = _blob(root, by_type[MODEL_LAYER], name)
-    _check(path, hexdigest, name)
+    if not named_rightly(path, hexdigest):
+        raise ModelFileError(
+            f"the Ollama blob of {name} does not match its sha256 digest (damaged or changed)",
+            f"re-pull it: ollama pull {name}",
+        )
     defaults = _params(_text_blob(root, by_type.get(PARAMS_LAYER), name)) if PARAMS_LAYER in by_type else {}
     system = _text_blob(root, by_type.get(SYSTEM_LAYER), name) if SYSTEM_LAYER in by_type else None
     display = f"ollama:{model}:{tag}" if (host, namespace) == (OLLAMA_REGISTRY, "library") else f"ollama:{name}"
@@ -152,17 +157,13 @@ def _blob(root: Path, layer: dict[str, Any], name: str) -> tuple[str, Path]:
     return hexdigest, path
 
 
-def _check(path: Path, hexdigest: str, name: str) -> None:
-    """The blob is what its name says (hashed once; remembered in llmrun's store by size and mtime)."""
+def named_rightly(path: Path, hexdigest: str) -> bool:
+    """Whether a blob another store names by its sha256 is that (hashed once; remembered in llmrun's own
+    store by size and mtime)."""
     from llmrun.config import store_dir
     from llmrun.store import checked_once
 
-    record = store_dir() / "foreign" / "checks" / f"{hexdigest}.json"
-    if not checked_once(path, hexdigest, record):
-        raise ModelFileError(
-            f"the Ollama blob of {name} does not match its sha256 digest (damaged or changed)",
-            f"re-pull it: ollama pull {name}",
-        )
+    return checked_once(path, hexdigest, store_dir() / "foreign" / "checks" / f"{hexdigest}.json")
 
 
 def _text_blob(root: Path, layer: dict[str, Any] | None, name: str) -> str:
@@ -241,6 +242,25 @@ def huggingface_ggufs() -> Iterator[Listed]:
         if path.is_file():
             stat = path.stat()
             yield Listed(f"{owner}/{repo}/{path.name}", "Hugging Face cache", path, stat.st_size, stat.st_mtime)
+
+
+def huggingface_model(key: str) -> ForeignModel | None:
+    """``owner/repo/file.gguf`` as another tool left it in the Hugging Face cache (None: not there), checked
+    against the sha256 its cache blob is named by."""
+    from llmrun.hub import cache_dir
+
+    owner, _, rest = key.partition("/")
+    repo, _, file = rest.partition("/")
+    for path in sorted((cache_dir() / f"models--{owner}--{repo}").glob(f"snapshots/*/{glob.escape(file)}")):
+        if not path.is_file():
+            continue
+        blob = path.resolve()
+        if re.fullmatch(r"[0-9a-f]{64}", blob.name) and not named_rightly(blob, blob.name):
+            raise ModelFileError(
+                f"the cached file of {key} does not match its sha256 (damaged)", f"pull it again: {key}"
+            )
+        return ForeignModel(key, path, "Hugging Face cache", size=path.stat().st_size)
+    return None
 
 
 # --- LM Studio -----------------------------------------------------------------------------------

@@ -84,25 +84,10 @@ def resolve(
 
 
 def _in_huggingface_cache(key: str) -> ResolvedModel | None:
-    from llmrun.otherstores import ForeignModel, huggingface_ggufs
+    from llmrun.otherstores import huggingface_model
 
-    for listed in huggingface_ggufs():
-        if listed.name == key and listed.path is not None:
-            _check_cached(listed.path, key)
-            found = ForeignModel(key, listed.path, "Hugging Face cache", size=listed.size)
-            return ResolvedModel(key, listed.path, None, "in the Hugging Face cache, run in place", found)
-    return None
-
-
-def _check_cached(path: Path, key: str) -> None:
-    """A cached LFS file is named by its sha256 (``blobs/<sha256>``): check it is that, once."""
-    from llmrun.store import checked_once
-
-    blob = path.resolve()
-    if re.fullmatch(r"[0-9a-f]{64}", blob.name) and not checked_once(
-        blob, blob.name, store_dir() / "foreign" / "checks" / f"{blob.name}.json"
-    ):
-        raise ModelFileError(f"the cached file of {key} does not match its sha256 (damaged)", f"pull it again: {key}")
+    found = huggingface_model(key)
+    return ResolvedModel(key, found.path, None, "in the Hugging Face cache, run in place", found) if found else None
 
 
 def _resolve_mlx(ref: ModelRef, registry: Registry, progress: Progress | None) -> ResolvedModel:
