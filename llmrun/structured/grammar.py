@@ -58,8 +58,13 @@ def compile_format(fmt: Format) -> str:
         grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
     failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
-        raise UnsupportedFormat(f"{_what(fmt)} cannot be enforced: {_reason(messages[0])}", _advice(fmt, messages[0]))
+        raise _unsupported(fmt, messages[0])
     return grammar
+
+
+def _unsupported(fmt: Format, message: str) -> UnsupportedFormat:
+    """llguidance's refusal of ``fmt`` as one line: what cannot be enforced, and what to do."""
+    return UnsupportedFormat(f"{_what(fmt)} cannot be enforced: {_reason(message)}", _advice(fmt, message))
 
 
 def _advice(fmt: Format, message: str) -> str:
@@ -79,8 +84,7 @@ class Constraint:
         self.format = fmt
         self._matcher = LLMatcher(tokenizer, compile_format(fmt), log_level=0)
         if self._matcher.is_error():
-            error = self._matcher.get_error()
-            raise UnsupportedFormat(f"{_what(fmt)} cannot be enforced: {_reason(error)}", _advice(fmt, error))
+            raise _unsupported(fmt, self._matcher.get_error())
         self._ends = frozenset(tokenizer.eos_tokens)
         self._n_vocab = int(tokenizer.vocab_size)
         self.accepted = 0  # tokens fed to the grammar
