@@ -20,7 +20,7 @@ from llmrun.engine import Request, Result
 from llmrun.errors import InvalidParameter
 from llmrun.otherstores import OLLAMA_PARAMS
 from llmrun.sampling import SamplingParams
-from llmrun.server.errors import worded
+from llmrun.server.errors import ApiError, worded
 from llmrun.structured.formats import ANY_JSON, Format, from_schema
 from llmrun.structured.tools import Tool, ToolUse
 from llmrun.template import Message, ToolCall
@@ -51,13 +51,12 @@ UNSUPPORTED = {
 }
 
 
-class OllamaError(Exception):
-    """An error as Ollama answers it: a status and ``{"error": message}``."""
+class OllamaError(ApiError):
+    """An error as Ollama answers it: a status and ``{"error": message}`` (the app answers every
+    :class:`ApiError` under /api/ in that shape)."""
 
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
 
     def body(self) -> dict[str, Any]:
         return {"error": self.message}
@@ -71,13 +70,14 @@ class OllamaCall:
     keep_alive: Any = None
 
 
-def _object(body: Any) -> dict[str, Any]:
+def model_name(body: Any) -> str:
+    """The model a body names (``model``, or ``name`` as older clients send it)."""
     if not isinstance(body, dict):
         raise OllamaError(400, "the request body must be a JSON object")
     model = body.get("model") or body.get("name")
     if not isinstance(model, str) or not model.strip():
         raise OllamaError(400, "model is required")
-    return body
+    return model
 
 
 def _unsupported(body: dict[str, Any], allowed: set[str]) -> None:
@@ -145,7 +145,7 @@ def _stream(body: dict[str, Any]) -> bool:
 
 
 def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
-    body = _object(body)
+    model = model_name(body)
     _unsupported(body, GENERATE_FIELDS)
     prompt, system = body.get("prompt", ""), body.get("system")
     if not isinstance(prompt, str) or (system is not None and not isinstance(system, str)):
@@ -160,11 +160,11 @@ def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
         raw=raw,
         response_format=answer_format(body.get("format")),
     )
-    return OllamaCall(body.get("model") or body["name"], request, _stream(body), body.get("keep_alive"))
+    return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
 
 
 def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
-    body = _object(body)
+    model = model_name(body)
     _unsupported(body, CHAT_FIELDS)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -177,7 +177,7 @@ def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
         response_format=answer_format(body.get("format")),
         tools=tools,
     )
-    return OllamaCall(body.get("model") or body["name"], request, _stream(body), body.get("keep_alive"))
+    return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
 
 
 def _message(value: Any, index: int) -> Message:

@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,27 +22,15 @@ from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.server import jobs
 from llmrun.server import ollama_api as ollama
 from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError, explain
+from llmrun.server.errors import explain
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Served, ServerState, in_ollama
 from llmrun.structured.tools import TextStream
 
-Handler = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("llmrun.server")
 
 
 def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
-    def ollama_errors(handler: Handler) -> Handler:
-        async def wrapped(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except ollama.OllamaError as exc:
-                return JSONResponse(exc.body(), status_code=exc.status)
-            except ApiError as exc:  # the shared plumbing's errors, in Ollama's shape
-                return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
-
-        return wrapped
-
     @app.get("/api/version")
     async def version() -> dict[str, Any]:
         return {"version": ollama.VERSION}
@@ -57,7 +45,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         for listed in ollama_models():
             name = listed.name.removeprefix("ollama:")
             if listed.path is not None and name not in names:
-                cards.append({**_card(state, name), "size": listed.size, "details": {**NO_DETAILS}})
+                cards.append({**_card(state, name), "size": listed.size, "details": _details(None)})
         return {"models": cards}
 
     @app.get("/api/ps")
@@ -66,17 +54,15 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         return {"models": [{**_card(state, name), "expires_at": _expires(state), "size_vram": 0} for name in loaded]}
 
     @app.post("/api/show")
-    @ollama_errors
     async def show(request: Request) -> Response:
-        body = await jobs.json_body(request, state.config.max_body_bytes)
-        name = (body.get("model") or body.get("name")) if isinstance(body, dict) else None
-        if not isinstance(name, str) or (name not in state.names() and not in_ollama(name)):
+        name = ollama.model_name(await jobs.json_body(request, state.config.max_body_bytes))
+        if name not in state.names() and not in_ollama(name):
             raise ollama.OllamaError(404, f"model {name!r} not found")
-        served = await jobs.served_model(state, {"model": name}) if not _embedding(state, name) else None
-        return JSONResponse(_show(state, name, served))
+        embedding = name in {e.name for e in state.embeddings()}
+        served = None if embedding else await jobs.served_model(state, {"model": name})
+        return JSONResponse(_show(served))
 
     @app.post("/api/generate")
-    @ollama_errors
     async def generate(request: Request) -> Response:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
@@ -87,7 +73,6 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         return await _answer(request, served, call, metrics, started, chat=False)
 
     @app.post("/api/chat")
-    @ollama_errors
     async def chat(request: Request) -> Response:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
@@ -96,12 +81,9 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         return await _answer(request, served, call, metrics, started, chat=True)
 
     @app.post("/api/pull")
-    @ollama_errors
     async def pull(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
-        name = (body.get("model") or body.get("name")) if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name.strip():
-            raise ollama.OllamaError(400, "model is required")
+        name = ollama.model_name(body)
         if not state.config.allow_pull:
             raise ollama.OllamaError(403, "pulling is off on this server: its operator can start it with --allow-pull")
         stream = body.get("stream", True)
@@ -114,21 +96,15 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         return JSONResponse(last, status_code=200 if "error" not in last else 500)
 
     @app.post("/api/embed")
-    @ollama_errors
     async def embed(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
-        if not isinstance(body, dict):
-            raise ollama.OllamaError(400, "the request body must be a JSON object")
-        raw = body.get("input")
+        raw = body.get("input") if isinstance(body, dict) else None
         return await _embed(state, body, raw if isinstance(raw, list) else [raw], legacy=False)
 
     @app.post("/api/embeddings")
-    @ollama_errors
     async def embeddings(request: Request) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
-        if not isinstance(body, dict):
-            raise ollama.OllamaError(400, "the request body must be a JSON object")
-        return await _embed(state, body, [body.get("prompt")], legacy=True)
+        return await _embed(state, body, [body.get("prompt") if isinstance(body, dict) else None], legacy=True)
 
 
 async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
@@ -177,13 +153,8 @@ async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
 
 
 async def _served(state: ServerState, body: Any) -> Served:
-    if isinstance(body, dict) and "model" not in body and isinstance(body.get("name"), str):
-        body = {**body, "model": body["name"]}
-    return await jobs.served_model(state, body)  # (an embedding model asked for text: a 400 that says so)
-
-
-def _embedding(state: ServerState, name: str) -> bool:
-    return name in {e.name for e in state.embeddings()}
+    # (an embedding model asked for text: a 400 that says so)
+    return await jobs.served_model(state, {"model": ollama.model_name(body)})
 
 
 async def _answer(
@@ -259,22 +230,18 @@ NO_DETAILS = {"parent_model": "", "format": "gguf", "family": "", "families": No
 NO_DETAILS |= {"parameter_size": "", "quantization_level": ""}
 
 
-def _details(state: ServerState, name: str) -> dict[str, Any]:
-    served = next((s for s in state.served() if s.name == name), None)
+def _loaded(state: ServerState, name: str) -> Served | None:
+    return next((s for s in state.served() if s.name == name), None)
+
+
+def _details(served: Served | None) -> dict[str, Any]:
     if served is None:
-        return {
-            "parent_model": "",
-            "format": "gguf",
-            "family": "",
-            "families": None,
-            "parameter_size": "",
-            "quantization_level": "",
-        }
-    header = served.scheduler.entry.plan.header
-    architecture = header.architecture
+        return dict(NO_DETAILS)
+    plan = served.scheduler.entry.plan
+    architecture = plan.header.architecture
     return {
         "parent_model": "",
-        "format": "mlx" if served.scheduler.entry.plan.backend == "mlx" else "gguf",
+        "format": "mlx" if plan.backend == "mlx" else "gguf",
         "family": architecture,
         "families": [architecture],
         "parameter_size": "",
@@ -290,15 +257,14 @@ def _quantization(served: Served) -> str:
 
 
 def _card(state: ServerState, name: str) -> dict[str, Any]:
-    served = next((s for s in state.served() if s.name == name), None)
-    size = served.scheduler.entry.plan.header.file_size if served is not None else 0
+    served = _loaded(state, name)
     return {
         "name": name,
         "model": name,
         "modified_at": ollama.created_at(),
-        "size": size,
+        "size": served.scheduler.entry.plan.header.file_size if served is not None else 0,
         "digest": "",
-        "details": _details(state, name),
+        "details": _details(served),
     }
 
 
@@ -308,13 +274,13 @@ def _expires(state: ServerState) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon))
 
 
-def _show(state: ServerState, name: str, served: Served | None) -> dict[str, Any]:
+def _show(served: Served | None) -> dict[str, Any]:
     if served is None:
         return {
             "modelfile": "",
             "parameters": "",
             "template": "",
-            "details": _details(state, name),
+            "details": _details(None),
             "capabilities": ["embedding"],
         }
     plan = served.scheduler.entry.plan
@@ -325,14 +291,16 @@ def _show(state: ServerState, name: str, served: Served | None) -> dict[str, Any
         "modelfile": f"FROM {plan.model.path}\n",
         "parameters": "\n".join(parameters),
         "template": served.scheduler.entry.templates.conversation,
-        "details": _details(state, name),
+        "details": _details(served),
         "model_info": {"general.architecture": plan.header.architecture, "general.context_length": served.n_ctx},
         "capabilities": ["completion", "tools"],
     }
 
 
-async def _embed(state: ServerState, body: dict[str, Any], inputs: list[Any], *, legacy: bool) -> Response:
-    name = body.get("model")
+async def _embed(state: ServerState, body: Any, inputs: list[Any], *, legacy: bool) -> Response:
+    if not isinstance(body, dict):
+        raise ollama.OllamaError(400, "the request body must be a JSON object")
+    name = body.get("model")  # (Ollama's embedding requests name it so, never "name")
     if not isinstance(name, str) or not name:
         raise ollama.OllamaError(400, "model is required")
     if not inputs or not all(isinstance(text, str) and text for text in inputs):
@@ -342,8 +310,7 @@ async def _embed(state: ServerState, body: dict[str, Any], inputs: list[Any], *,
     try:
         embedding = await run_in_threadpool(state.get_embedding, name)
     except LlmrunError as exc:
-        error = jobs.model_error(state, name, exc)
-        raise ollama.OllamaError(error.status, error.message) from None
+        raise jobs.model_error(state, name, exc) from None
     call = api.EmbeddingCall(name, tuple(inputs), False, None)
     vectors, tokens = await run_in_threadpool(jobs.embed_inputs, embedding, call)
     lists = [[float(x) for x in vector] for vector in vectors]
