@@ -118,12 +118,7 @@ class Dialect:
         in that format: OpenAI's ``response_format`` beside ``tools``)."""
         if answer is not None and not answer.is_json:
             raise UsageError("with tools, `response_format` must be JSON", "drop the grammar, or the tools")
-        fmt = _FORMATS[self.name](use, marker)
-        if answer is None or self is GENERIC or use.mode in ("required", "function"):
-            return _generic_answer(fmt, answer) if self is GENERIC and answer is not None else fmt
-        lines = [line for line in fmt.text.splitlines() if not line.startswith("TEXT:")]
-        lines = [line.replace("TEXT", "answer", 1) if line.startswith("start:") else line for line in lines]
-        return Format("lark", "\n".join([*lines, f"answer: {_json(declared_only(answer.schema()))}"]))
+        return _FORMATS[self.name](use, marker, answer)
 
     def parse(self, text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
         """An answer → its text (None when it is only calls) and its calls."""
@@ -157,63 +152,53 @@ def dialect_for(template: str) -> Dialect:
     return GENERIC
 
 
-def _hermes_format(use: ToolUse, marker: Marker) -> Format:
+def _grammar(use: ToolUse, calls: str, rules: list[str], text: str, answer: Format | None) -> Format:
+    """A Lark grammar whose start is ``calls``, or (auto, none) the text an answer may be instead: free text
+    that ``text`` (a TEXT lexeme) bounds, or with ``answer`` a JSON document in that format."""
+    lines = [f"start: {calls}", *rules]
+    if use.mode in ("auto", "none"):
+        symbol = "TEXT" if answer is None else "answer"
+        lines[0] = f"start: {symbol}" if use.mode == "none" else f"start: {symbol} | {calls}"
+        lines.append(text if answer is None else f"answer: {_json(declared_only(answer.schema()))}")
+    return Format("lark", "\n".join(lines))
+
+
+def _hermes_format(use: ToolUse, marker: Marker, answer: Format | None) -> Format:
     call = f'{marker("<tool_call>")} "\\n" {_json(call_schema(use.callable()))} "\\n" {marker("</tool_call>")}'
     single = not use.parallel or use.mode == "function"
     calls = "call" if single else f'call ("\\n" call)~0..{MAX_PARALLEL_CALLS - 1}'
-    lines = [f"start: {_start(use, 'calls')}", f"calls: {calls}", f"call: {call}"]
-    if use.mode in ("auto", "none"):
-        lines.append(_text_without("<tool_call>"))
-    return Format("lark", "\n".join(lines))
+    return _grammar(use, "calls", [f"calls: {calls}", f"call: {call}"], _text_without("<tool_call>"), answer)
 
 
-def _start(use: ToolUse, calls: str) -> str:
-    return {"auto": f"TEXT | {calls}", "none": "TEXT"}.get(use.mode, calls)
-
-
-def _llama3_format(use: ToolUse, marker: Marker) -> Format:
+def _llama3_format(use: ToolUse, marker: Marker, answer: Format | None) -> Format:
     call = _json(call_schema(use.callable(), "parameters"))  # Llama 3 templates take one call a turn
-    lines = [f"start: {_start(use, 'call')}", f"call: {call}"]
-    if use.mode in ("auto", "none"):
-        lines.append(_text_not_starting_with("{"))
-    return Format("lark", "\n".join(lines))
+    return _grammar(use, "call", [f"call: {call}"], _text_not_starting_with("{"), answer)
 
 
-def _mistral_format(use: ToolUse, marker: Marker) -> Format:
-    lines = [f"start: {_start(use, 'calls')}", f"calls: {marker('[TOOL_CALLS]')} {_json(_calls_schema(use))}"]
-    if use.mode in ("auto", "none"):
-        lines.append(_text_without("[TOOL_CALLS]"))
-    return Format("lark", "\n".join(lines))
+def _mistral_format(use: ToolUse, marker: Marker, answer: Format | None) -> Format:
+    calls = f"calls: {marker('[TOOL_CALLS]')} {_json(_calls_schema(use))}"
+    return _grammar(use, "calls", [calls], _text_without("[TOOL_CALLS]"), answer)
 
 
-def _generic_format(use: ToolUse, marker: Marker) -> Format:
+def _generic_format(use: ToolUse, marker: Marker, answer: Format | None) -> Format:
+    """One JSON object: ``{"tool_calls": […]}``, or (auto, none) ``{"response": …}`` — a string, or with
+    ``answer`` a document in that format."""
     calls = {
         "type": "object",
         "properties": {"tool_calls": _calls_schema(use)},
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
-    answer = {
+    text = {
         "type": "object",
-        "properties": {"response": {"type": "string"}},
+        "properties": {"response": answer.schema() if answer is not None else {"type": "string"}},
         "required": ["response"],
         "additionalProperties": False,
     }
-    return from_schema({"auto": {"anyOf": [calls, answer]}, "none": answer}.get(use.mode, calls))
+    return from_schema({"auto": {"anyOf": [calls, text]}, "none": text}.get(use.mode, calls))
 
 
-def _generic_answer(fmt: Format, answer: Format) -> Format:
-    """The generic shape with ``{"response": <a document in answer's format>}`` for text."""
-    schema = fmt.schema()
-    options = schema.get("anyOf", [schema])
-    shaped = [
-        {**o, "properties": {"response": answer.schema()}} if "response" in o.get("properties", {}) else o
-        for o in options
-    ]
-    return from_schema({"anyOf": shaped} if len(shaped) > 1 else shaped[0])
-
-
-_FORMATS: dict[str, Callable[[ToolUse, Marker], Format]] = {
+_FORMATS: dict[str, Callable[[ToolUse, Marker, Format | None], Format]] = {
     "hermes": _hermes_format,
     "llama3": _llama3_format,
     "mistral": _mistral_format,
