@@ -1,6 +1,6 @@
 """What every route that runs a model shares: reading the body, finding the model, handing requests
-to its scheduler and collecting their events, and the errors a request meets on the way (in the
-OpenAI error shape; the Ollama routes reword them)."""
+to its scheduler and collecting their events, and the errors a request meets on the way (as
+:class:`ApiError`, which the app answers in OpenAI's shape, or in Ollama's under /api/)."""
 
 from __future__ import annotations
 
