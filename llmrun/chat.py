@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from llmrun.backends.base import Done, GenerationStats, LoadedModel, Token
 from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
-from llmrun.pipeline import conversation_ids
+from llmrun.pipeline import Prompt, render_prompt
+from llmrun.reasoning import Splitter, split, thinking_for
 from llmrun.sampling import SamplingParams
 from llmrun.store import SAFE_NAME, atomic_write_text
 from llmrun.structured.formats import Format
@@ -47,6 +48,7 @@ class Turn:
     role: Literal["user", "assistant"]
     content: str
     interrupted: bool = False
+    reasoning: str | None = None  # an answer's reasoning, kept apart: the template decides what it shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +72,23 @@ class ChatSession:
     turns: list[Turn] = field(default_factory=list)
     last: TurnReport | None = None
     answer_format: Format | None = None  # every answer constrained to it (/set format json, /set schema FILE)
+    think: bool | None = None  # a reasoning model's enable_thinking (None: the template's default)
+    last_prompt: Prompt | None = None  # the prompt of the last answer, as the model read it
     _cached: list[int] = field(default_factory=list)
 
     # --- conversation -----------------------------------------------------------
     def messages(self, turns: list[Turn] | None = None) -> list[Message]:
         head = [Message("system", self.system)] if self.system else []
-        return head + [Message(t.role, t.content) for t in (self.turns if turns is None else turns)]
+        return head + [
+            Message(t.role, t.content, reasoning=t.reasoning) for t in (self.turns if turns is None else turns)
+        ]
+
+    def prompt(self, *, add_generation_prompt: bool = True) -> Prompt:
+        """The conversation so far, rendered and tokenized as the model reads it."""
+        variables = {"enable_thinking": self.think} if self.think is not None else {}
+        return render_prompt(
+            self.model, self.template, self.messages(), add_generation_prompt=add_generation_prompt, variables=variables
+        )
 
     @property
     def n_ctx(self) -> int:
@@ -86,17 +99,17 @@ class ChatSession:
         """Tokens the conversation occupies now (prompt and answers)."""
         if not self.turns and not self.system:
             return 0
-        return len(conversation_ids(self.model, self.template, self.messages(), add_generation_prompt=False))
+        return len(self.prompt(add_generation_prompt=False).ids)
 
     def reply(self, text: str) -> Generator[Token | Done, None, None]:
         """Add the user's message and stream the answer (kept in the history, even if cut short)."""
         self.turns.append(Turn("user", text))
         try:
-            ids, dropped = self._fit()
+            prompt, dropped = self._fit()
         except ContextFull:
             self.turns.pop()
             raise
-        yield from self._generate(ids, dropped)
+        yield from self._generate(prompt, dropped)
 
     def retry(self) -> Generator[Token | Done, None, None]:
         """Regenerate the last answer."""
@@ -104,8 +117,8 @@ class ChatSession:
             self.turns.pop()
         if not self.turns:
             raise UsageError("nothing to retry yet", "send a message first")
-        ids, dropped = self._fit()
-        yield from self._generate(ids, dropped)
+        prompt, dropped = self._fit()
+        yield from self._generate(prompt, dropped)
 
     def clear(self) -> None:
         self.turns.clear()
@@ -115,12 +128,13 @@ class ChatSession:
         wanted = self.params.max_tokens if self.params.max_tokens > 0 else 512
         return max(1, min(wanted, self.n_ctx // 2))
 
-    def _fit(self) -> tuple[list[int], int]:
+    def _fit(self) -> tuple[Prompt, int]:
         dropped = 0
         while True:
-            ids = conversation_ids(self.model, self.template, self.messages())
+            prompt = self.prompt()
+            ids = prompt.ids
             if len(ids) + self._reserve() <= self.n_ctx:
-                return ids, dropped
+                return prompt, dropped
             if self.on_overflow == "error":
                 raise ContextFull(
                     f"the conversation is {len(ids)} tokens and the answer needs room for {self._reserve()}, "
@@ -138,9 +152,16 @@ class ChatSession:
                 del self.turns[0]
             dropped += 1
 
-    def _generate(self, ids: list[int], dropped: int) -> Generator[Token | Done, None, None]:
+    def _generate(self, prompt: Prompt, dropped: int) -> Generator[Token | Done, None, None]:
+        """The answer's events (a reasoning model's reasoning in ``Token.reasoning``); the answer is kept
+        in the history with its reasoning apart, as chat templates expect it."""
+        ids = prompt.ids
+        self.last_prompt = prompt
         cached = common_prefix(self._cached, ids)
-        parts: list[str] = []
+        thinking = thinking_for(self.template, prompt.text)
+        splitter = Splitter(thinking) if thinking is not None else None
+        answer: list[str] = []
+        reasoning: list[str] = []
         generated: list[int] = []
         done: Done | None = None
         constraint = None
@@ -152,14 +173,26 @@ class ChatSession:
             for event in self.model.stream(ids, self.params, constraint=constraint):
                 if isinstance(event, Done):
                     done = event
+                    held = splitter.flush() if splitter is not None else None
+                    if held is not None:
+                        answer.append(held.text)
+                        reasoning.append(held.reasoning)
+                        yield held
                 else:
-                    parts.append(event.text)
+                    if splitter is not None:
+                        event = splitter.token(event)
+                    answer.append(event.text)
+                    reasoning.append(event.reasoning)
                     if event.id >= 0:
                         generated.append(event.id)
                 yield event
         finally:
-            text = done.text if done else "".join(parts)
-            self.turns.append(Turn("assistant", text, interrupted=done is None))
+            if done is not None:
+                thought, text = split(thinking, done.text)
+            else:  # interrupted: what was shown
+                thought = "".join(reasoning) if splitter is not None and splitter.reasoned else None
+                text = "".join(answer)
+            self.turns.append(Turn("assistant", text, done is None, thought))
             self._cached = ids + generated
             self.last = TurnReport(done.stats if done else None, len(ids), cached, dropped, done is None)
 
@@ -169,6 +202,9 @@ class ChatSession:
         ``format`` (json | off), ``schema`` FILE and ``grammar`` FILE set what every answer must be."""
         normal = name.lower().replace("-", "_")
         key = PARAM_ALIASES.get(normal, normal)
+        if key == "think":
+            self.think = _parse_think(value)
+            return "think", "default" if self.think is None else "on" if self.think else "off"
         if key in FORMAT_PARAMS:
             self.answer_format = _answer_format(key, value.strip())
             return "format", self.answer_format.kind if self.answer_format else "off"
@@ -218,7 +254,10 @@ class ChatSession:
         path = directory / f"{_check_name(name)}.json"
         record = read_saved(path)
         self.system = record["system"]
-        self.turns = [Turn(m["role"], m["content"], bool(m.get("interrupted", False))) for m in record["messages"]]
+        self.turns = [
+            Turn(m["role"], m["content"], bool(m.get("interrupted", False)), m.get("reasoning"))
+            for m in record["messages"]
+        ]
         self.params = SamplingParams(**{k: v for k, v in record["params"].items()})
         self.last = None
         return record
@@ -252,6 +291,17 @@ def _answer_format(key: str, value: str) -> Format | None:
     fmt = ANY_JSON if key == "format" else load_schema(value) if key == "schema" else load_grammar(Path(value))
     compile_format(fmt)  # one the decoder cannot enforce is refused now, not at the next message
     return fmt
+
+
+def _parse_think(value: str) -> bool | None:
+    word = value.strip().lower()
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    if word in ("default", "auto"):
+        return None
+    raise UsageError(f"/set think takes on, off or default, got {value!r}", "e.g. /set think off")
 
 
 def _check_name(name: str) -> str:
@@ -315,6 +365,7 @@ def _schema_problem(record: Any) -> str | None:
             not isinstance(message, dict)
             or message.get("role") not in ("user", "assistant")
             or not isinstance(message.get("content"), str)
+            or not isinstance(message.get("reasoning"), (str, type(None)))
         ):
             return f"message {index} needs a role (user or assistant) and text content"
     if "stop" in record["params"] and isinstance(record["params"]["stop"], list):

@@ -9,6 +9,7 @@ No printing here: warnings come back as data.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from llmrun.refs import ModelRef
 from llmrun.resolve import ResolvedModel, resolve
 from llmrun.sampling import SamplingParams, merge_layers
 from llmrun.store import Progress
-from llmrun.template import Message, render
+from llmrun.template import Context, Message, attribute, contains, mark, render_text, special_pattern
 
 COMMAND_LINE = "command line"
 PromptFormat = Literal["chat template", "plain"]
@@ -268,39 +269,111 @@ def chat_template(run_plan: RunPlan) -> str | None:
     return (entry.template if entry and entry.template else None) or run_plan.header.chat_template
 
 
-def conversation_ids(
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A conversation as the model reads it: the text the template rendered (transformers' rendering,
+    byte for byte) and its tokens, in which only the template's own special tokens are special."""
+
+    text: str
+    ids: list[int]
+
+
+_MARKUP = re.compile(r"[<\[\u25c1][^\s]+[>\]\u25b7]")  # <think>, <tool_call>, [TOOL_CALLS], \u25c1think\u25b7
+
+
+def render_prompt(
     model: LoadedModel,
     template: str,
     messages: Sequence[Message],
     *,
     add_generation_prompt: bool = True,
     tools: Sequence[dict[str, Any]] | None = None,
-) -> list[int]:
-    """A conversation rendered through ``template`` (with ``tools`` for templates that describe them)
-    and tokenized; message text is never special."""
+    variables: Mapping[str, Any] | None = None,
+) -> Prompt:
+    """A conversation rendered through ``template`` (with ``tools`` for templates that describe them,
+    ``variables`` such as ``enable_thinking``) and tokenized so that user text never becomes special
+    tokens: the special-token strings inside user-supplied values are marked in a second rendering,
+    found in the real one by aligning the two (``template.attribute``), and tokenized as plain text."""
     bos, eos = model.bos_id, model.eos_id
-    segments = render(
-        template,
-        messages,
+    context = Context(
         bos_token=model.detokenize([bos], special=True) if bos is not None else "",
         eos_token=model.detokenize([eos], special=True) if eos is not None else "",
         add_generation_prompt=add_generation_prompt,
-        tools=tools,
+        tools=tuple(tools) if tools else None,
+        variables=dict(variables or {}),
     )
-    ids: list[int] = []
-    for segment in segments:
-        ids += model.tokenize(segment.text, special=segment.special, add_bos=False)
+    text = render_text(template, messages, context)
+    ids = model.tokenize(text, special=True, add_bos=False)
+    guarded = _guarded_tokens(model, template, ids)
+    pattern = special_pattern(guarded.values())
+    if pattern is not None and contains(list(context.user_values(messages).values()), pattern):
+        found = pattern
+        marked = render_text(template, messages, context, transform=lambda v: mark(v, found))
+        ids = []
+        for segment in attribute(text, marked, pattern):
+            if segment.special:
+                ids += model.tokenize(segment.text, special=True, add_bos=False)
+            else:
+                ids += _plain_ids(model, segment.text, set(guarded))
     if model.adds_bos and bos is not None and ids[:1] != [bos]:
         ids.insert(0, bos)
-    return ids
+    return Prompt(text, ids)
+
+
+def _guarded_tokens(model: LoadedModel, template: str, ids: Sequence[int]) -> dict[int, str]:
+    """The special tokens in a rendered prompt that user text must not produce, by id: control tokens,
+    and the tokenizer's own added tokens that the template writes as markup (``<think>``, ``<tool_call>``)."""
+    guarded: dict[int, str] = {}
+    for token_id in set(ids):
+        kind = model.token_kind(token_id)
+        if kind == "normal":
+            continue
+        text = model.detokenize([token_id], special=True)
+        if kind == "control" or (_MARKUP.fullmatch(text) and text in template):
+            guarded[token_id] = text
+    return guarded
+
+
+def prompt_spans(model: LoadedModel, ids: Sequence[int]) -> list[tuple[str, bool]]:
+    """A prompt's tokens as text spans, each special token (control tokens and added markup tokens
+    such as ``<think>``) its own span marked True, the text between them marked False."""
+    spans: list[tuple[str, bool]] = []
+    run: list[int] = []
+    for token_id in ids:
+        kind = model.token_kind(token_id)
+        text = model.detokenize([token_id], special=True) if kind != "normal" else ""
+        if kind == "control" or (kind == "user" and _MARKUP.fullmatch(text)):
+            if run:
+                spans.append((model.detokenize(run, special=True), False))
+                run = []
+            spans.append((text, True))
+        else:
+            run.append(token_id)
+    if run:
+        spans.append((model.detokenize(run, special=True), False))
+    return spans
+
+
+def _plain_ids(model: LoadedModel, text: str, guarded: set[int]) -> list[int]:
+    """``text`` as plain-text tokens, never one of the ``guarded`` tokens (llama.cpp matches the
+    tokenizer's added tokens even in plain text: such a string is split before its first character)."""
+    ids = model.tokenize(text, special=False, add_bos=False)
+    if not guarded.intersection(ids) or len(text) < 2:
+        return ids
+    return model.tokenize(text[:1], special=False, add_bos=False) + _plain_ids(model, text[1:], guarded)
 
 
 def prompt_ids(
-    model: LoadedModel, template: str | None, prompt: str, system: str | None, raw: bool
-) -> tuple[list[int], PromptFormat]:
-    """The prompt's tokens; user text is never read as special tokens."""
+    model: LoadedModel,
+    template: str | None,
+    prompt: str,
+    system: str | None,
+    raw: bool,
+    variables: Mapping[str, Any] | None = None,
+) -> tuple[Prompt, PromptFormat]:
+    """The prompt as the model reads it; user text is never read as special tokens."""
     if raw or template is None:
         text = f"{system}\n\n{prompt}" if system else prompt
-        return model.tokenize(text, special=False, add_bos=model.adds_bos), "plain"
+        return Prompt(text, model.tokenize(text, special=False, add_bos=model.adds_bos)), "plain"
     messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-    return conversation_ids(model, template, messages), "chat template"
+    return render_prompt(model, template, messages, variables=variables), "chat template"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 FinishReason = Literal["eos", "stop", "length", "context"]
 KvType = Literal["f16", "q8_0", "q4_0"]
+TokenKind = Literal["control", "user", "normal"]
 KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 
 
@@ -68,13 +69,15 @@ class Candidate:
 class Token:
     """One generated token and the text it completes (may be empty while held back).
 
-    ``logprob`` and ``top`` are filled when the stream was asked for log-probabilities.
+    ``logprob`` and ``top`` are filled when the stream was asked for log-probabilities; a reasoning
+    model's reasoning comes in ``reasoning``, apart from the answer's ``text`` (see llmrun.reasoning).
     """
 
     id: int
     text: str
     logprob: float | None = None
     top: tuple[Candidate, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,10 @@ class LoadedModel(Protocol):
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str: ...
 
     def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
+
+    def token_kind(self, token_id: int) -> TokenKind:
+        """``control`` (plain text never makes it), ``user`` (an added token, matched in any text), else ``normal``."""
+        ...
 
     @property
     def bos_id(self) -> int | None: ...

@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
+from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
 from llmrun.errors import BackendError, ContextFull
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
@@ -139,6 +139,12 @@ class GgufModel:
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         return b"".join(self.piece(i, special) for i in ids).decode("utf-8", errors="replace")
+
+    def token_kind(self, token_id: int) -> TokenKind:
+        attr = int(self._lib.llama_vocab_get_attr(self._vocab, token_id))
+        if attr & self._lib.LLAMA_TOKEN_ATTR_CONTROL:
+            return "control"
+        return "user" if attr & self._lib.LLAMA_TOKEN_ATTR_USER_DEFINED else "normal"
 
     def is_end(self, token_id: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._vocab, token_id))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token
+from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
 from llmrun.errors import BackendError, ContextFull, LlmrunError
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
@@ -167,6 +167,11 @@ class MlxModel:
 
     def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str:
         return b"".join(self.token_bytes(i, special=special) for i in ids).decode("utf-8", errors="replace")
+
+    def token_kind(self, token_id: int) -> TokenKind:
+        if token_id in self._special:
+            return "control"
+        return "user" if token_id in self.tokenizer.added_tokens_decoder else "normal"
 
     def _end_ids(self) -> set[int]:
         configured = self.config.get("eos_token_id")

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 COMMANDS = {
     "/help": "show this help",
     "/set": "/set PARAM VALUE — change a sampling parameter (e.g. /set temperature 0.2); "
-    "/set format json|off, /set schema FILE, /set grammar FILE — what every answer must be",
-    "/show": "/show params|model|template|system",
+    "/set format json|off, /set schema FILE, /set grammar FILE — what every answer must be; "
+    "/set think on|off|default — whether a reasoning model reasons first",
+    "/show": "/show params|model|template|prompt|system",
     "/system": "/system TEXT — set the system prompt (empty to remove it)",
     "/clear": "forget the conversation",
     "/retry": "answer the last message again",
@@ -39,16 +40,9 @@ ALIASES = {"/exit": "/bye", "/quit": "/bye", "/?": "/help"}
 def chat(
     model: o.ModelOpt = None,
     system: o.SystemOpt = None,
-    template: Annotated[
-        str | None,
-        typer.Option(
-            "--template",
-            help="Chat template: gemma, chatml, llama3, mistral, phi3, raw. Default: the model's own, else by "
-            "architecture.",
-            rich_help_panel=o.SAMPLING,
-            show_default=False,
-        ),
-    ] = None,
+    template: o.TemplateOpt = None,
+    think: o.ThinkOpt = None,
+    hide_thinking: o.HideThinkingOpt = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Render answers as Markdown while they stream.")] = False,
     no_history: Annotated[bool, typer.Option("--no-history", help="Do not read or write the input history.")] = False,
     on_overflow: Annotated[
@@ -88,12 +82,10 @@ def chat(
     from llmrun.cli import render
     from llmrun.cli.run import plan
     from llmrun.engine import Engine
-    from llmrun.template import BUILTIN_TEMPLATES
 
     if on_overflow not in ("drop", "error"):
         raise UsageError(f"--on-overflow must be drop or error, got {on_overflow!r}", "e.g. --on-overflow error")
-    if template is not None and template not in BUILTIN_TEMPLATES:
-        raise UsageError(f"unknown template {template!r}", f"choose from {', '.join(BUILTIN_TEMPLATES)}")
+    chosen = o.template_choice(template)
     flags = o.sampling_values(locals())
     constrained = o.response_format(answer_format, schema, grammar)
     if constrained is not None:
@@ -102,7 +94,7 @@ def chat(
         compile_format(constrained)
     model = model or chat_default()
     run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
-    engine = Engine(template=template)
+    engine = Engine(template=chosen)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
     session = ChatSession(
@@ -114,9 +106,10 @@ def chat(
         system if system is not None else entry.templates.system,
         on_overflow,  # type: ignore[arg-type]
         answer_format=constrained,
+        think=think,
     )
     try:
-        repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store, min_score))
+        repl = Repl(session, markdown=markdown, rag=Rag(rag, k, store, min_score), hide_thinking=hide_thinking)
         if rag:
             repl.command(f"/rag {rag}")
         if sys.stdin is not None and sys.stdin.isatty():
@@ -176,10 +169,13 @@ def chats_dir() -> Path:
 class Repl:
     """Reads lines, runs slash commands, streams answers. ``handle`` is the whole behaviour."""
 
-    def __init__(self, session: ChatSession, *, markdown: bool = False, rag: Rag | None = None) -> None:
+    def __init__(
+        self, session: ChatSession, *, markdown: bool = False, rag: Rag | None = None, hide_thinking: bool = False
+    ) -> None:
         from llmrun.cli import render
 
         self.session = session
+        self.hide_thinking = hide_thinking
         self.markdown = markdown
         self.rag = rag or Rag()
         self.out = render.out_console()
@@ -352,20 +348,27 @@ class Repl:
         printer: render.TokenPrinter | render.MarkdownStream = (
             render.MarkdownStream() if markdown else render.TokenPrinter()
         )
+        thoughts = render.ReasoningPrinter(hidden=self.hide_thinking)
         events = start()
         try:
             with render.status("Thinking…") as spinner:
                 for event in events:
                     if isinstance(event, Done):
                         continue
-                    if event.text and not printer.wrote:
+                    if event.reasoning and not self.hide_thinking:
                         spinner.stop()
+                        thoughts.write(event.reasoning)
+                    if event.text:
+                        spinner.stop()
+                        thoughts.finish()
                     printer.write(event.text)
         except KeyboardInterrupt:
             events.close()
+            thoughts.finish()
             printer.finish()
             self.note("[interrupted; the partial answer is kept]")
         else:
+            thoughts.finish()
             printer.finish()
         report = self.session.last
         if report and report.dropped_turns:
@@ -395,10 +398,19 @@ class Repl:
         elif what == "template":
             self.out.print(f"[dim]{s.template_name}[/dim]")
             self.out.print(s.template, markup=False)
+        elif what == "prompt":
+            from llmrun.cli import render
+
+            if s.last_prompt is None:
+                self.note("no prompt yet: send a message first")
+            else:
+                render.prompt_view(s.model, s.last_prompt.ids, self.out)
         elif what == "system":
             self.out.print(s.system if s.system else "[dim](no system prompt)[/dim]")
         else:
-            raise UsageError(f"/show {what}: unknown", "/show params, /show model, /show template or /show system")
+            raise UsageError(
+                f"/show {what}: unknown", "/show params, /show model, /show template, /show prompt or /show system"
+            )
 
     def stats(self) -> None:
         report = self.session.last

@@ -106,7 +106,8 @@ def next_token(
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)
         try:
-            ids, prompt_format = prompt_ids(loaded, chat_template(run_plan), text, system, raw)
+            rendered, prompt_format = prompt_ids(loaded, chat_template(run_plan), text, system, raw)
+            ids = rendered.ids
             result = compute(loaded, ids, run_plan.sampling, top)
         finally:
             loaded.close()

@@ -24,13 +24,20 @@ def show(
     ctx: o.CtxOpt = None,
     backend: o.BackendOpt = "auto",
     json_output: o.JsonOpt = False,
+    template: Annotated[
+        bool,
+        typer.Option(
+            "--template",
+            help="Print the chat template and a sample conversation rendered through it, special tokens highlighted.",
+        ),
+    ] = False,
 ) -> None:
     """Architecture, size, tensor types, chat template, licence, and a memory plan.
 
     The plan: weights + KV cache (for f16, q8_0 and q4_0 caches) + compute buffers,
     against available memory, and the largest context that fits.
 
-    Example: llmrun show gemma3:270m --ctx 8192
+    Examples: llmrun show gemma3:270m --ctx 8192;  llmrun show smollm2:135m --template
     """
     from llmrun.cli import render
     from llmrun.config import load_registry
@@ -51,6 +58,9 @@ def show(
         raise UsageError(f"--ctx must be an integer >= 16, got {ctx}", "pass a larger context")
     with render.status("Reading the model…"):
         located = locate(load_registry(), model, backend=backend)
+    if template:
+        _show_template(located, json_output)
+        return
     header, resolved = located.header, located.model
     geom = geometry(header)
     n_ctx = ctx or (resolved.entry.context if resolved.entry and resolved.entry.context else default_context(geom))
@@ -100,6 +110,46 @@ def show(
         return
     render.model_facts(facts)
     render.memory_plan(memory)
+
+
+SAMPLE_CONVERSATION = (
+    ("system", "You are a helpful assistant."),
+    ("user", "Hello!"),
+    ("assistant", "Hi! How can I help?"),
+    ("user", "What is 2 + 2?"),
+)
+
+
+def _show_template(located: Any, json_output: bool) -> None:
+    """The template a conversation with the model goes through, and a sample rendered by it."""
+    from llmrun.backends.base import LoadParams
+    from llmrun.cli import render
+    from llmrun.pipeline import load_vocabulary, render_prompt
+    from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for
+
+    entry, header = located.model.entry, located.header
+    if entry and entry.template:
+        text, source = entry.template, "the model's own (models.toml)"
+    elif header.chat_template:
+        text, source = header.chat_template, "the model's own (embedded)"
+    else:
+        name = builtin_for(header.architecture)
+        text, source = BUILTIN_TEMPLATES[name], f"{name} (built in; the model has none)"
+    with render.status("Rendering a sample…"):
+        vocab = load_vocabulary(located.model.path, LoadParams(512, 1, 0, vocab_only=True), located.backend.backend)
+        try:
+            prompt = render_prompt(vocab, text, [Message(role, content) for role, content in SAMPLE_CONVERSATION])
+            if json_output:
+                render.print_json(
+                    {"name": located.model.name, "source": source, "template": text, "sample": prompt.text}
+                )
+                return
+            render.note(f"chat template: {source}")
+            render.out_console().print(text, markup=False, highlight=False)
+            render.note("a sample conversation, as the model reads it:")
+            render.prompt_view(vocab, prompt.ids, render.out_console())
+        finally:
+            vocab.close()
 
 
 def pull(

@@ -246,6 +246,44 @@ RawOpt = Annotated[
     bool,
     typer.Option("--raw", help="Plain completion: do not apply the model's chat template.", rich_help_panel=SAMPLING),
 ]
+TEMPLATES = "Chat template and reasoning"
+TemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--template",
+        help="Chat template: a Jinja file, or built in: gemma, chatml, llama3, mistral, phi3, raw. "
+        "Default: the model's own, else one for its architecture.",
+        rich_help_panel=TEMPLATES,
+        show_default=False,
+    ),
+]
+ThinkOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="Reasoning models: let the model reason first, or not (the template's enable_thinking). "
+        "Default: the template's.",
+        rich_help_panel=TEMPLATES,
+        show_default=False,
+    ),
+]
+HideThinkingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hide-thinking",
+        help="Reasoning models: do not show the reasoning, only the answer.",
+        rich_help_panel=TEMPLATES,
+    ),
+]
+
+
+def template_choice(value: str | None) -> tuple[str, str] | None:
+    """``--template``: the template and where it came from (None: the model's own)."""
+    from llmrun.template import load_template
+
+    return load_template(value) if value is not None else None
+
+
 StatsOpt = Annotated[
     bool,
     typer.Option(

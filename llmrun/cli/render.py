@@ -143,6 +143,47 @@ class TokenPrinter:
         self.out.flush()
 
 
+class ReasoningPrinter:
+    """A reasoning model's reasoning, dimmed on stderr (stdout keeps only the answer, for pipes);
+    ``hidden`` shows nothing."""
+
+    def __init__(self, *, hidden: bool = False) -> None:
+        self.hidden = hidden
+        self.wrote = False
+        self.open = False
+
+    def write(self, text: str) -> None:
+        if self.hidden or not text:
+            return
+        console = err_console()
+        if not self.wrote:
+            console.print(Text("Thinking…", style="dim italic"))
+        console.print(Text(text, style="dim italic"), end="")
+        self.wrote = self.open = True
+
+    def finish(self) -> None:
+        """The reasoning is over: end it on its own line, with a blank line before the answer."""
+        if self.open:
+            err_console().print(Text("\n…done thinking.\n", style="dim italic"))
+            sys.stdout.flush()
+            self.open = False
+
+
+def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None) -> None:
+    """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given)."""
+    from llmrun.pipeline import prompt_spans
+
+    console = console or err_console()
+    spans = prompt_spans(model, ids)
+    specials = sum(1 for _, special in spans if special)
+    text = Text()
+    for piece, special in spans:
+        text.append(piece, style="bold magenta" if special else None)
+    console.print(Text(f"── prompt: {len(ids)} tokens, {specials} special (highlighted) ──", style="dim"))
+    console.print(text)
+    console.print(Text("── end of prompt ──", style="dim"))
+
+
 def probability_legend() -> None:
     legend = Text("token probability: ", style="dim")
     labels = ("≥ 90%", "50–90%", "20–50%", "5–20%", "< 5%")

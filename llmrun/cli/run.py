@@ -56,6 +56,17 @@ def run(
     stop: o.StopOpt = None,
     system: o.SystemOpt = None,
     raw: o.RawOpt = False,
+    template: o.TemplateOpt = None,
+    think: o.ThinkOpt = None,
+    hide_thinking: o.HideThinkingOpt = False,
+    show_prompt: Annotated[
+        bool,
+        typer.Option(
+            "--show-prompt",
+            help="Print the exact prompt the model reads, special tokens highlighted, to stderr.",
+            rich_help_panel=o.TEMPLATES,
+        ),
+    ] = False,
     ctx: o.CtxOpt = None,
     threads: o.ThreadsOpt = None,
     gpu_layers: o.GpuLayersOpt = None,
@@ -109,6 +120,7 @@ def run(
       llmrun run --schema person.json "Invent a person" | jq .name
     """
     flags = o.sampling_values(locals())
+    chosen = o.template_choice(template)
     constrained = o.response_format(answer_format, schema, grammar)
     if constrained is not None:
         from llmrun.structured.grammar import compile_format
@@ -136,8 +148,8 @@ def run(
         from llmrun.cli.index import retrieve
 
         retrieval = Retrieval(retrieve(rag, text, k, store, min_score), show_context)
-    output = Output(stats, json_output, show_probs, logprobs)
-    _generate(run_plan, text, system, raw, output, retrieval, constrained)
+    output = Output(stats, json_output, show_probs, logprobs, hide_thinking, show_prompt)
+    _generate(run_plan, text, Prompting(system, raw, chosen, think), output, retrieval, constrained)
 
 
 def plan(
@@ -208,13 +220,24 @@ class Output:
     json: bool
     show_probs: bool
     logprobs: int
+    hide_thinking: bool = False
+    show_prompt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Prompting:
+    """How the prompt reaches the model: system prompt, plain or templated, which template, reasoning."""
+
+    system: str | None = None
+    raw: bool = False
+    template: tuple[str, str] | None = None  # --template: the template and where it came from
+    think: bool | None = None
 
 
 def _generate(
     run_plan: RunPlan,
     text: str,
-    system: str | None,
-    raw: bool,
+    prompting: Prompting,
     output: Output,
     retrieval: Retrieval | None = None,
     constrained: Format | None = None,
@@ -222,12 +245,14 @@ def _generate(
     import math
 
     from llmrun.cli import render
-    from llmrun.engine import Engine, Request, Result
+    from llmrun.engine import Engine, Request, Result, request_ids
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
     printer = render.TokenPrinter(colour_by_probability=output.show_probs)
-    engine = Engine()
+    thoughts = render.ReasoningPrinter(hidden=output.hide_thinking or output.json)
+    system, raw = prompting.system, prompting.raw
+    engine = Engine(template=prompting.template)
     result: Result | None = None
     with render.status(f"Loading {run_plan.model.name}…") as spinner:
         entry = engine.load(run_plan)
@@ -244,25 +269,35 @@ def _generate(
                 raw=raw,
                 logprobs=want,
                 response_format=constrained,
+                think=prompting.think,
             )
+            if output.show_prompt:
+                spinner.stop()
+                render.prompt_view(entry.model, request_ids(entry.model, entry.templates, request).ids)
             try:
                 for event in engine.complete(entry, request):
                     if isinstance(event, Result):
                         result = event
                     elif not output.json:
-                        if not printer.wrote:
+                        if event.reasoning or event.text:
                             spinner.stop()
+                        thoughts.write(event.reasoning)
+                        if event.text:
+                            thoughts.finish()
                         probability = math.exp(event.logprob) if event.logprob is not None else None
                         printer.write(event.text, probability)
             except KeyboardInterrupt:
                 spinner.stop()
+                thoughts.finish()
                 printer.finish()
                 raise
         finally:
             engine.close()
+    thoughts.finish()
     printer.finish()
     assert result is not None
     report = _report(run_plan, result, entry.load_seconds, peak_rss(), time.perf_counter() - started)
+    report["template"] = entry.templates.prompt_source if result.prompt_format == "chat template" else "none"
     if not output.logprobs:
         report.pop("logprobs", None)
     if retrieval is not None:

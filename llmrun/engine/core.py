@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from llmrun.backends.base import BatchRequest, Done, Token, batching
 from llmrun.engine.request import (
+    Prepared,
     Request,
     Templates,
     choose_template,
@@ -25,6 +26,7 @@ from llmrun.engine.request import (
 )
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
+from llmrun.reasoning import Splitter
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
@@ -47,12 +49,13 @@ class LoadedEntry:
 
 class Engine:
     """Loaded models by name, kept until :meth:`unload` (the server unloads idle ones after stopping
-    their schedulers: ``ServerState.expire``); ``template`` names a built-in template for conversations."""
+    their schedulers: ``ServerState.expire``); ``template`` (a template and where it came from, from
+    ``--template``) replaces the models' own."""
 
     def __init__(
         self,
         *,
-        template: str | None = None,
+        template: tuple[str, str] | None = None,
         loader: Callable[[RunPlan], LoadedModel] | None = None,
     ) -> None:
         from llmrun.pipeline import load
@@ -100,21 +103,27 @@ class Engine:
         """Stream one request: Token events, then one Result."""
         with entry.lock:
             entry.last_used = time.monotonic()
-            ids, prompt_format = request_ids(entry.model, entry.templates, request)
+            prepared = request_ids(entry.model, entry.templates, request)
             constraint = request_constraint(entry.model, entry.templates, request)
+            splitter = Splitter(prepared.thinking) if prepared.thinking is not None else None
             logprobs: list[TokenLogprob] = []
             done: Done | None = None
-            for event in entry.model.stream(ids, request.params, logprobs=request.logprobs, constraint=constraint):
+            stream = entry.model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint)
+            for event in stream:
                 if isinstance(event, Done):
                     done = event
                     continue
                 if request.logprobs and event.id >= 0:
                     logprobs.append(TokenLogprob.of(event, entry.model.token_bytes(event.id)))
-                yield event
+                yield splitter.token(event) if splitter is not None else event
             entry.last_used = time.monotonic()
         assert done is not None
-        result = Result.of(done, prompt_format, tuple(logprobs) if request.logprobs else None, request.response_format)
-        yield request_result(result, entry.templates, request)
+        held = splitter.flush() if splitter is not None else None
+        if held is not None:
+            yield held
+        kept = tuple(logprobs) if request.logprobs else None
+        result = Result.of(done, prepared.format, kept, request.response_format)
+        yield request_result(result, entry.templates, request, prepared)
 
     def complete_many(
         self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
@@ -123,15 +132,15 @@ class Engine:
         a request that cannot run (its prompt does not fit, …) yields its error instead."""
         with entry.lock:
             batch: list[BatchRequest] = []
-            formats: dict[int, str] = {}
+            prepared: dict[int, Prepared] = {}
             for index, request in enumerate(requests):
                 try:
-                    ids, formats[index] = request_ids(entry.model, entry.templates, request)
+                    prepared[index] = request_ids(entry.model, entry.templates, request)
                     constraint = request_constraint(entry.model, entry.templates, request)
                 except LlmrunError as exc:
                     yield index, exc
                     continue
-                batch.append(BatchRequest(index, ids, request.params, constraint))
+                batch.append(BatchRequest(index, prepared[index].ids, request.params, constraint))
             outcomes = batching(entry.model, "decode several requests at once").generate_batch(
                 batch, parallel, n_ctx_seq
             )
@@ -141,8 +150,9 @@ class Engine:
                         yield outcome.index, outcome.error or LlmrunError("the request failed")
                     else:
                         request = requests[outcome.index]
-                        result = Result.of(outcome.done, formats[outcome.index], None, request.response_format)
-                        yield outcome.index, request_result(result, entry.templates, request)
+                        used = prepared[outcome.index]
+                        result = Result.of(outcome.done, used.format, None, request.response_format)
+                        yield outcome.index, request_result(result, entry.templates, request, used)
             finally:
                 outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
             entry.last_used = time.monotonic()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmrun.errors import InvalidParameter
-from llmrun.pipeline import PromptFormat, chat_template, conversation_ids, prompt_ids
+from llmrun.pipeline import Prompt, PromptFormat, chat_template, prompt_ids, render_prompt
+from llmrun.reasoning import Thinking, split, thinking_for
 from llmrun.sampling import SamplingParams
 from llmrun.structured.formats import Format
 from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages, uses_tools
@@ -34,6 +36,14 @@ class Request:
     logprobs: int = 0  # each token's log-probability and this many alternatives
     response_format: Format | None = None  # constrain the answer to JSON, a JSON Schema or a grammar
     tools: ToolUse | None = None  # functions the model may (or must) call
+    think: bool | None = None  # a reasoning model's enable_thinking (None: the template's default)
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """The extra variables the chat template is rendered with."""
+        extra = {"enable_thinking": self.think} if self.think is not None else {}
+        return {**self.template_kwargs, **extra}
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (not self.messages):
@@ -48,26 +58,46 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Templates:
-    """The model's own chat template (None: plain prompts), and the one conversations use
-    (its own, else the built-in for its architecture), with where that came from."""
+    """The chat template prompts go through (None: plain prompts), and the one conversations use
+    (the same, else the built-in for the model's architecture), with where that came from."""
 
     own: str | None
     conversation: str
     conversation_source: str
     system: str | None = None  # the system prompt the model's store keeps with it (Ollama's SYSTEM)
 
+    @property
+    def prompt_source(self) -> str:
+        """Where a plain prompt's template came from ('none': the prompt goes as plain text)."""
+        return self.conversation_source if self.own is not None else "none"
 
-def choose_template(run_plan: RunPlan, name: str | None = None) -> Templates:
-    """``name`` (a built-in template), else the model's own, else the built-in for its architecture."""
+
+def choose_template(run_plan: RunPlan, chosen: tuple[str, str] | None = None) -> Templates:
+    """``chosen`` (a template and where it came from: ``--template``, built in or a file), else the
+    model's own (models.toml's, then the model file's), else the built-in for its architecture."""
     from llmrun.template import BUILTIN_TEMPLATES, builtin_for
 
     own, system = chat_template(run_plan), run_plan.system
-    if name:
-        return Templates(own, BUILTIN_TEMPLATES[name], name, system)
+    if chosen is not None:
+        return Templates(chosen[0], chosen[0], chosen[1], system)
     if own:
-        return Templates(own, own, "the model's own", system)
+        where = "models.toml" if run_plan.model.entry and run_plan.model.entry.template else "embedded"
+        return Templates(own, own, f"the model's own ({where})", system)
     fallback = builtin_for(run_plan.header.architecture)
     return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)", system)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request's prompt as the model reads it, and how its answer's reasoning is told apart."""
+
+    prompt: Prompt
+    format: PromptFormat
+    thinking: Thinking | None = None  # None: the template has no reasoning markers (or a plain prompt)
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt.ids
 
 
 def tool_dialect(templates: Templates, request: Request) -> Dialect | None:
@@ -87,8 +117,12 @@ def request_constraint(model: LoadedModel, templates: Templates, request: Reques
     return constraint_for(model, fmt) if fmt is not None else None
 
 
-def request_result(result: Result, templates: Templates, request: Request) -> Result:
-    """The result with its tool calls read out of the text (when the request offered tools)."""
+def request_result(result: Result, templates: Templates, request: Request, prepared: Prepared) -> Result:
+    """The result with a reasoning model's reasoning apart from its answer, and its tool calls read
+    out of the answer (when the request offered tools)."""
+    if prepared.thinking is not None:
+        reasoning, answer = split(prepared.thinking, result.text)
+        result = dataclasses.replace(result, text=answer, reasoning=reasoning)
     dialect = tool_dialect(templates, request)
     if dialect is None or request.tools is None:
         return result
@@ -98,21 +132,32 @@ def request_result(result: Result, templates: Templates, request: Request) -> Re
     return dataclasses.replace(result, content=content, tool_calls=calls)
 
 
-def request_ids(model: LoadedModel, templates: Templates, request: Request) -> tuple[list[int], PromptFormat]:
-    """The request's prompt tokens; user text is never read as special tokens."""
+def request_ids(model: LoadedModel, templates: Templates, request: Request) -> Prepared:
+    """The request's prompt; user text is never read as special tokens."""
     system = request.system if request.system is not None else templates.system  # the model's, unless given
     if request.prompt is not None:
-        return prompt_ids(model, templates.own, request.prompt, request.system if request.raw else system, request.raw)
+        prompt, fmt = prompt_ids(
+            model,
+            templates.own,
+            request.prompt,
+            request.system if request.raw else system,
+            request.raw,
+            request.variables,
+        )
+        template = templates.own if fmt == "chat template" else None
+        return Prepared(prompt, fmt, thinking_for(template, prompt.text) if template else None)
     if any(m.role == "system" for m in request.messages):
         system = request.system
     head = [Message("system", system)] if system else []
     messages = [*head, *request.messages]
     dialect = tool_dialect(templates, request)
+    tools = None
     if dialect is None or request.tools is None:
         if uses_tools(messages) and not dialect_for(templates.conversation).native:
             messages = generic_messages(messages, None)  # earlier calls and results, as such a model reads them
-        return conversation_ids(model, templates.conversation, messages), "chat template"
-    if dialect.native:
+    elif dialect.native:
         tools = [t.openai() for t in request.tools.tools]
-        return conversation_ids(model, templates.conversation, messages, tools=tools), "chat template"
-    return conversation_ids(model, templates.conversation, generic_messages(messages, request.tools)), "chat template"
+    else:
+        messages = generic_messages(messages, request.tools)
+    prompt = render_prompt(model, templates.conversation, messages, tools=tools, variables=request.variables)
+    return Prepared(prompt, "chat template", thinking_for(templates.conversation, prompt.text))

@@ -54,6 +54,7 @@ class Result:
     valid: bool | None = None  # constrained: whether the text is whole under its format (None: unconstrained)
     content: str | None = None  # with tools: the text besides the calls (None: only calls)
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None  # a reasoning model's reasoning, apart from ``text`` (None: it did not reason)
 
     @classmethod
     def of(
@@ -102,6 +103,8 @@ class Result:
             "stop_string": self.stop_string,
             "seed": self.seed,
         }
+        if self.reasoning is not None:
+            data = {"text": self.text, "reasoning_content": self.reasoning, **data}
         if self.structured is not None:
             data["format"] = self.structured
             data["valid"] = self.valid

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from llmrun.backends.base import BatchRequest, Done, Token
-from llmrun.engine.request import Request, request_constraint, request_ids, request_result
+from llmrun.engine.request import Prepared, Request, request_constraint, request_ids, request_result
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
+from llmrun.reasoning import Splitter
 
 log = logging.getLogger("llmrun.scheduler")
 
@@ -117,13 +118,17 @@ class Ticket:
 
     index: int
     request: Request
-    ids: list[int]
-    prompt_format: str
+    prepared: Prepared
     sink: Sink
     constraint: Constraint | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     _scheduler: Scheduler | None = None
+    splitter: Splitter | None = None  # a reasoning model's answer, told apart as it streams
+
+    def __post_init__(self) -> None:
+        if self.prepared.thinking is not None:
+            self.splitter = Splitter(self.prepared.thinking)
 
     def cancel(self) -> None:
         if self._scheduler is not None:
@@ -170,14 +175,14 @@ class Scheduler:
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
-            ids, prompt_format = request_ids(self.entry.model, self.entry.templates, request)
+            prepared = request_ids(self.entry.model, self.entry.templates, request)
             constraint = request_constraint(self.entry.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
-            ticket = Ticket(self._next, request, ids, prompt_format, sink, constraint, _scheduler=self)
+            ticket = Ticket(self._next, request, prepared, sink, constraint, _scheduler=self)
             self.entry.last_used = time.monotonic()
             self._next += 1
             self._waiting.append(ticket)
@@ -238,7 +243,7 @@ class Scheduler:
             while self._waiting and self._decoder.free:
                 ticket = self._waiting.popleft()
                 error = self._decoder.admit(
-                    BatchRequest(ticket.index, ticket.ids, ticket.request.params, ticket.constraint),
+                    BatchRequest(ticket.index, ticket.prepared.ids, ticket.request.params, ticket.constraint),
                     ticket.request.logprobs,
                 )
                 if error is not None:
@@ -274,9 +279,12 @@ class Scheduler:
             if isinstance(event, Done):
                 del self._running[index]
                 logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
-                result = Result.of(event, ticket.prompt_format, logprobs, ticket.request.response_format)
-                ticket.sink(request_result(result, self.entry.templates, ticket.request))
+                held = ticket.splitter.flush() if ticket.splitter is not None else None
+                if held is not None:
+                    ticket.sink(held)
+                result = Result.of(event, ticket.prepared.format, logprobs, ticket.request.response_format)
+                ticket.sink(request_result(result, self.entry.templates, ticket.request, ticket.prepared))
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))
-            ticket.sink(event)
+            ticket.sink(ticket.splitter.token(event) if ticket.splitter is not None else event)

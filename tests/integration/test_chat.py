@@ -14,7 +14,7 @@ from llmrun.backends.base import LoadParams, Token
 from llmrun.backends.gguf import GgufBackend
 from llmrun.chat import ChatSession, ContextFull
 from llmrun.cli.chat import Repl
-from llmrun.pipeline import conversation_ids
+from llmrun.pipeline import render_prompt
 from llmrun.sampling import SamplingParams
 from llmrun.template import BUILTIN_TEMPLATES
 from tests.helpers import interruptible, llmrun
@@ -43,7 +43,7 @@ def test_turns_reuse_the_kv_cache_and_match_a_fresh_evaluation(gemma: Path) -> N
         assert report is not None and report.stats is not None
         # only the new turn is evaluated: the first prompt and its answer are reused
         assert report.cached_tokens == first.prompt_tokens + first.stats.generated_tokens
-        ids = conversation_ids(chat.model, chat.template, chat.messages()[:-1])
+        ids = render_prompt(chat.model, chat.template, chat.messages()[:-1]).ids
         assert len(ids) == report.prompt_tokens
         fresh = GgufBackend().load(gemma, LoadParams(2048, 2, 0))
         try:

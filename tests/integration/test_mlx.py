@@ -21,7 +21,7 @@ from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.mlx import MlxBackend, MlxModel
 from llmrun.chat import ChatSession
 from llmrun.errors import ContextFull
-from llmrun.pipeline import conversation_ids
+from llmrun.pipeline import render_prompt
 from llmrun.quantize.metrics import compare_rows
 from llmrun.quantize.texts import ENGLISH as TEXT
 from llmrun.sampling import SamplingParams
@@ -201,7 +201,7 @@ def test_chat_turns_reuse_the_mlx_prompt_cache(mlx16: MlxModel, gemma_mlx16: Pat
     second = "".join(e.text for e in chat.reply("And of Italy?") if isinstance(e, Token))
     assert mlx16.reused == first.prompt_tokens + first.stats.generated_tokens
     assert chat.last is not None and chat.last.stats is not None and chat.last.stats.cached_tokens == mlx16.reused
-    ids = conversation_ids(mlx16, chat.template, chat.messages()[:-1])
+    ids = render_prompt(mlx16, chat.template, chat.messages()[:-1]).ids
     fresh = MlxBackend().load(gemma_mlx16, LoadParams(1024, 2, 0))
     try:
         expected = "".join(e.text for e in fresh.stream(ids, sampling) if isinstance(e, Token))

@@ -13,7 +13,7 @@ from llmrun.cli.flags import FLAGS
 from llmrun.cli.render import block_end
 from llmrun.errors import UsageError, word
 from llmrun.sampling import SamplingParams
-from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for, render_text
+from llmrun.template import BUILTIN_TEMPLATES, Context, Message, builtin_for, render_text
 
 CONVERSATION = [
     Message("system", "Be brief."),
@@ -52,7 +52,7 @@ CONVERSATION = [
     ],
 )
 def test_builtin_templates_render_exactly(name: str, expected: str) -> None:
-    assert render_text(BUILTIN_TEMPLATES[name], CONVERSATION, bos_token="<s>", eos_token="</s>") == expected
+    assert render_text(BUILTIN_TEMPLATES[name], CONVERSATION, Context("<s>", "</s>")) == expected
 
 
 def test_builtin_by_architecture() -> None:

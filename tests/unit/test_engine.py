@@ -42,6 +42,9 @@ class TextOnly:
     def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
         return chr(token_id).encode()
 
+    def token_kind(self, token_id: int) -> str:
+        return "normal"
+
     def stream(
         self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: object = None
     ) -> Iterator[Token | Done]:

@@ -26,7 +26,7 @@ from llmrun.structured.tools import (
     dialect_for,
     generic_messages,
 )
-from llmrun.template import Message, ToolCall, render_text
+from llmrun.template import Context, Message, ToolCall, render_text
 
 EOS = 256
 
@@ -383,7 +383,7 @@ def test_templates_see_tools_and_calls_as_huggingface_passes_them() -> None:
     text = render_text(
         template,
         [Message("user", "sum"), Message("assistant", "", (call,)), Message("tool", "1", tool_call_id="c1")],
-        tools=[ADD.openai()],
+        Context(tools=(ADD.openai(),)),
     )
     assert text == 'TOOLS:add;user:sumassistant:add{"a": 1}tool:1#c1'  # (trim_blocks eats the newlines)
 
