@@ -45,6 +45,8 @@ def batch(
     stop: o.StopOpt = None,
     system: o.SystemOpt = None,
     raw: o.RawOpt = False,
+    template: o.TemplateOpt = None,
+    think: o.ThinkOpt = None,
     ctx: Annotated[
         int | None,
         typer.Option(
@@ -77,6 +79,7 @@ def batch(
         from llmrun.structured.grammar import compile_format
 
         compile_format(constrained)
+    chosen = o.template_choice(template)
     lines = _read(source)
     items, problems = [], []
     for parsed in batchio.parse(lines):
@@ -111,7 +114,7 @@ def batch(
         return
     handle: IO[str] = output.open("a", encoding="utf-8") if output is not None else sys.stdout
     try:
-        _run(run_plan, todo, parallel, Shape(system, raw, constrained), handle)
+        _run(run_plan, todo, parallel, Shape(system, raw, constrained, chosen, think), handle)
     finally:
         if output is not None:
             handle.close()
@@ -150,6 +153,8 @@ class Shape:
     system: str | None
     raw: bool
     answer_format: Format | None
+    template: tuple[str, str] | None = None  # --template: the template and where it came from
+    think: bool | None = None
 
 
 def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, handle: IO[str]) -> None:
@@ -172,14 +177,21 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
         fmt = item.response_format or shape.answer_format
         if item.prompt is not None:
             request = Request(
-                prompt=item.prompt, params=params, system=shape.system, raw=shape.raw, response_format=fmt
+                prompt=item.prompt,
+                params=params,
+                system=shape.system,
+                raw=shape.raw,
+                response_format=fmt,
+                think=shape.think,
             )
         else:
             messages = tuple(Message(role, content) for role, content in item.messages)
-            request = Request(messages=messages, params=params, system=shape.system, response_format=fmt)
+            request = Request(
+                messages=messages, params=params, system=shape.system, response_format=fmt, think=shape.think
+            )
         requests.append(request)
         kept.append(item)
-    engine = Engine()
+    engine = Engine(template=shape.template)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
     try:

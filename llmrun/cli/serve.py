@@ -30,6 +30,7 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    template: o.TemplateOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[
         int | None,
@@ -141,6 +142,7 @@ def serve(
         cors_origins=tuple(cors_origin or ()),
         force=force,
         cache_prompts=not no_prompt_cache,
+        template=o.template_choice(template),
     )
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)

@@ -286,6 +286,9 @@ async def _stream(
                         yield chunk([choice(index, content[len(shown) :], None)])
                 yield chunk([choice(index, None if chat else "", api.finish_reason(event))])
                 continue
+            if event.reasoning and chat:
+                thought = {"reasoning_content": event.reasoning}
+                yield chunk([{"index": index, "delta": thought, "logprobs": None, **UNFINISHED}])
             if texts is not None:  # with tools: text once the answer shows it is not a call
                 shown = texts[index].feed(event.text)
                 if shown:

@@ -38,7 +38,6 @@ GENERATE_FIELDS |= {"template", "suffix", "context", "think", "logprobs", "top_l
 CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
 CHAT_FIELDS |= {"logprobs", "top_logprobs"}
 UNSUPPORTED = {
-    "think": "think is not supported yet (reasoning models come with chat-template fidelity)",
     "logprobs": "logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
     "top_logprobs": "top_logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
     "width": "image generation is not supported",
@@ -153,12 +152,15 @@ def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
     raw = body.get("raw", False)
     if not isinstance(raw, bool):
         raise OllamaError(400, "raw must be a boolean")
+    think, variables = _think(body.get("think"))
     request = Request(
         prompt=prompt,
         params=params(body.get("options"), defaults),
         system=system or None,
         raw=raw,
         response_format=answer_format(body.get("format")),
+        think=think,
+        template_kwargs=variables,
     )
     return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
 
@@ -171,13 +173,26 @@ def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
         raise OllamaError(400, "messages must be a non-empty list")
     parsed = tuple(_message(m, i) for i, m in enumerate(messages))
     tools = _tools(body.get("tools"))
+    think, variables = _think(body.get("think"))
     request = Request(
         messages=parsed,
         params=params(body.get("options"), defaults),
         response_format=answer_format(body.get("format")),
         tools=tools,
+        think=think,
+        template_kwargs=variables,
     )
     return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
+
+
+def _think(value: Any) -> tuple[bool | None, dict[str, Any]]:
+    """Ollama's ``think``: true or false (the template's enable_thinking), or a level (gpt-oss's
+    reasoning_effort: high, medium, low)."""
+    if value is None or isinstance(value, bool):
+        return value, {}
+    if value in ("high", "medium", "low"):
+        return True, {"reasoning_effort": value}
+    raise OllamaError(400, "think must be true, false, or high, medium or low")
 
 
 def _message(value: Any, index: int) -> Message:
@@ -193,7 +208,16 @@ def _message(value: Any, index: int) -> Message:
         raise OllamaError(400, f"{where}.content must be a string")
     calls = tuple(_call(c, f"{where}.tool_calls[{j}]", j) for j, c in enumerate(value.get("tool_calls") or ()))
     name = value.get("tool_name") or value.get("name")
-    return Message(role, content, calls, name=name if role == "tool" and isinstance(name, str) else None)
+    thinking = value.get("thinking")
+    if thinking is not None and not isinstance(thinking, str):
+        raise OllamaError(400, f"{where}.thinking must be a string")
+    return Message(
+        role,
+        content,
+        calls,
+        name=name if role == "tool" and isinstance(name, str) else None,
+        reasoning=thinking if role == "assistant" and thinking else None,
+    )
 
 
 def _call(value: Any, where: str, index: int) -> ToolCall:
@@ -251,11 +275,24 @@ def chat_message(result: Result) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": result.text}
     if result.content is not None or result.tool_calls:
         message["content"] = result.content or ""
+    if result.reasoning is not None:
+        message["thinking"] = result.reasoning
     if result.tool_calls:
         message["tool_calls"] = [
             {"function": {"name": c.name, "arguments": json.loads(c.arguments)}} for c in result.tool_calls
         ]
     return message
+
+
+def generate_answer(result: Result) -> dict[str, Any]:
+    """/api/generate's answer: the response, and a reasoning model's reasoning as ``thinking``."""
+    return {"response": result.text, **({"thinking": result.reasoning} if result.reasoning is not None else {})}
+
+
+def stream_piece(text: str, reasoning: str, *, chat: bool) -> dict[str, Any]:
+    """One streamed line's text: the answer, and reasoning as ``thinking`` (Ollama's field)."""
+    thinking = {"thinking": reasoning} if reasoning else {}
+    return {"message": {"role": "assistant", "content": text, **thinking}} if chat else {"response": text, **thinking}
 
 
 def final(result: Result, total_s: float, load_s: float) -> dict[str, Any]:

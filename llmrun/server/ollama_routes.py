@@ -172,7 +172,7 @@ async def _answer(
     except jobs.ClientGone:
         return Response(status_code=499)
     total = time.monotonic() - started
-    answer = {"message": ollama.chat_message(result)} if chat else {"response": result.text}
+    answer = {"message": ollama.chat_message(result)} if chat else ollama.generate_answer(result)
     return JSONResponse({**_head(served), **answer, **ollama.final(result, total, load_s)})
 
 
@@ -215,8 +215,8 @@ async def _lines(
                 yield json.dumps(line, ensure_ascii=False) + "\n"
                 return
             shown = text.feed(event.text) if text is not None else event.text
-            if shown:
-                piece = {"message": {"role": "assistant", "content": shown}} if chat else {"response": shown}
+            if shown or event.reasoning:
+                piece = ollama.stream_piece(shown, event.reasoning, chat=chat)
                 yield json.dumps({**_head(served), **piece, "done": False}, ensure_ascii=False) + "\n"
     finally:
         jobs.cancel(tickets)

@@ -50,6 +50,8 @@ CHAT_FIELDS = COMMON | {
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    "chat_template_kwargs",
+    "reasoning_effort",
 }
 COMPLETION_FIELDS = COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of", "response_format"}
 # OpenAI fields llmrun does not do: a 400 that names them
@@ -61,7 +63,6 @@ UNSUPPORTED = {
     "modalities": "only text output is supported",
     "prediction": "predicted outputs are not supported",
     "web_search_options": "web search is not supported",
-    "reasoning_effort": "reasoning_effort is not supported",
     "service_tier": "service_tier is not supported",
     "verbosity": "verbosity is not supported",
 }
@@ -232,9 +233,22 @@ def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
                 tool_calls=parse_tool_calls(calls, f"{where}.tool_calls") if calls else (),
                 tool_call_id=call_id if role == "tool" else None,
                 name=message.get("name") if role == "tool" and isinstance(message.get("name"), str) else None,
+                reasoning=_reasoning(message, where) if role == "assistant" else None,
             )
         )
     return tuple(parsed)
+
+
+def _reasoning(message: dict[str, Any], where: str) -> str | None:
+    """An assistant message's earlier reasoning, as llama-server and DeepSeek send it back
+    (``reasoning_content``; OpenRouter's ``reasoning``), for templates that show it."""
+    for name in ("reasoning_content", "reasoning"):
+        value = message.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise bad_field(f"{where}.{name}", f"{name} must be a string", "invalid_type")
+            return value
+    return None
 
 
 def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
@@ -257,13 +271,46 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
         raise bad_field("top_logprobs", f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]")
     alternatives: int | None = int(top or 0) if want else None
     messages = parse_messages(body.get("messages"), limits)
+    think, template_kwargs = template_variables(body)
     per_token = max(int(top or 0), 1) if want else 0
     fmt, tools = parse_response_format(body), parse_tools(body)
     requests = tuple(
-        Request(messages=messages, params=_seeded(params, i), logprobs=per_token, response_format=fmt, tools=tools)
+        Request(
+            messages=messages,
+            params=_seeded(params, i),
+            logprobs=per_token,
+            response_format=fmt,
+            tools=tools,
+            think=think,
+            template_kwargs=template_kwargs,
+        )
         for i in range(n)
     )
     return Call(body["model"], requests, stream, include_usage, alternatives, n)
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+RESERVED_VARIABLES = {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"}
+
+
+def template_variables(body: dict[str, Any]) -> tuple[bool | None, dict[str, Any]]:
+    """``chat_template_kwargs`` (vLLM's and llama-server's: extra chat-template variables, such as
+    ``enable_thinking``) and ``reasoning_effort`` (a template variable; ``none`` turns reasoning off)."""
+    kwargs = dict(_typed(body, "chat_template_kwargs", dict, "an object") or {})
+    reserved = sorted(RESERVED_VARIABLES & set(kwargs))
+    if reserved:
+        raise bad_field("chat_template_kwargs", f"chat_template_kwargs cannot set {reserved[0]}: llmrun sets it")
+    effort = _typed(body, "reasoning_effort", str, "a string")
+    think: bool | None = None
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise bad_field("reasoning_effort", f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}")
+        kwargs.setdefault("reasoning_effort", effort)
+        think = effort != "none"
+    enable = kwargs.pop("enable_thinking", None)
+    if enable is not None and not isinstance(enable, bool):
+        raise bad_field("chat_template_kwargs", "chat_template_kwargs.enable_thinking must be a boolean")
+    return (enable if enable is not None else think), kwargs
 
 
 def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
@@ -365,6 +412,8 @@ def chat_choice(index: int, result: Result, alternatives: int | None) -> dict[st
         message = {**message, "content": result.content, "tool_calls": tool_calls_json(result.tool_calls)}
     elif result.content is not None:  # tools were offered and the model answered in text
         message["content"] = result.content
+    if result.reasoning is not None:  # llama-server's and DeepSeek's field
+        message["reasoning_content"] = result.reasoning
     return {
         "index": index,
         "message": message,

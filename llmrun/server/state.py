@@ -44,6 +44,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     force: bool = False
     cache_prompts: bool = True  # keep finished requests' KV cells for the next request sharing their prefix
+    template: tuple[str, str] | None = None  # --template: the chat template every model uses, and its source
 
 
 @dataclass
@@ -66,7 +67,7 @@ class Served:
 class ServerState:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.engine = Engine()
+        self.engine = Engine(template=config.template)
         self._served: dict[str, Served] = {}  # by every name it answers to
         self._embeddings: dict[str, Embedding] = {}
         self._lock = threading.Lock()

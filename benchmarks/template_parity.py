@@ -1,0 +1,141 @@
+"""Chat-template parity: llmrun's rendering against transformers' on a corpus of real templates.
+
+Usage:
+    python benchmarks/template_parity.py [TEMPLATE_DIR] [--show N]
+
+TEMPLATE_DIR holds ``*.jinja`` files; without it, the real templates llama.cpp keeps in
+``models/templates`` are taken from the llama-cpp-python source distribution (downloaded
+from PyPI by pip into a temporary folder). Each template renders several conversations
+(system prompts, multi-turn, reasoning in earlier turns, whitespace and non-ASCII text,
+tool calls and results, with and without the generation prompt, enable_thinking off);
+a case agrees when both renderers produce the same text, or both refuse it. Prints the
+agreement as a share of all cases, and the first differing cases with ``--show``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from llmrun.errors import TemplateError  # noqa: E402
+from llmrun.template import Context, Message, ToolCall, render_text  # noqa: E402
+from tests.unit.test_template import WEATHER, hf_message  # noqa: E402
+
+SDIST = "llama-cpp-python==0.3.36"
+
+CONVERSATIONS: dict[str, list[Message]] = {
+    "one turn": [Message("user", "Hello")],
+    "system, three turns": [
+        Message("system", "You are terse."),
+        Message("user", "What is 2 + 2?"),
+        Message("assistant", "4"),
+        Message("user", "And 3 + 3?"),
+    ],
+    "reasoning in earlier turns": [
+        Message("user", "Is 7 prime?"),
+        Message("assistant", "<think>\nDivisors: 1 and 7.\n</think>\n\nYes."),
+        Message("user", "Is 9?"),
+        Message("assistant", "No.", reasoning="9 = 3 * 3"),
+        Message("user", "And 11?"),
+    ],
+    "whitespace, non-ASCII": [
+        Message("system", "  Réponds en français.\n"),
+        Message("user", "\n  Grüße aus 東京 🙂  \n\n"),
+        Message("assistant", " Bonjour ! "),
+        Message("user", "\tça va ?\t"),
+    ],
+    "tool loop": [
+        Message("system", "Use tools when they help."),
+        Message("user", "Weather in Paris?"),
+        Message("assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Paris"}'),)),
+        Message("tool", '{"temp": 21}', tool_call_id="call_1", name="get_weather"),
+        Message("user", "Thanks!"),
+    ],
+}
+
+
+def contexts(conversation: str) -> list[Context]:
+    tools = (WEATHER,) if conversation == "tool loop" else None
+    return [
+        Context("<s>", "</s>", True, tools=tools),
+        Context("<s>", "</s>", False, tools=tools),
+        Context("<s>", "</s>", True, tools=tools, variables={"enable_thinking": False}),
+    ]
+
+
+def reference(template: str, messages: list[Message], context: Context) -> str:
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(
+        conversations=[[hf_message(m) for m in messages]],
+        tools=[dict(t) for t in context.tools] if context.tools is not None else None,
+        chat_template=template,
+        add_generation_prompt=context.add_generation_prompt,
+        bos_token=context.bos_token,
+        eos_token=context.eos_token,
+        **dict(context.variables),
+    )
+    return str(rendered[0])
+
+
+def outcome(render: Any) -> tuple[str, str]:
+    try:
+        return "text", render()
+    except TemplateError as exc:
+        return "refused", exc.message
+    except Exception as exc:  # the reference's own refusals (jinja2 errors, raise_exception)
+        return "refused", f"{type(exc).__name__}: {exc}"
+
+
+def corpus() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="llmrun-templates-"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", SDIST, "-d", str(folder)],
+        check=True,
+    )
+    archive = next(folder.glob("*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if "/models/templates/" in m.name and m.name.endswith(".jinja")]
+        tar.extractall(folder, members=members, filter="data")
+    return next(folder.rglob("models/templates"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", type=Path)
+    parser.add_argument("--show", type=int, default=3, help="print this many differing cases")
+    args = parser.parse_args()
+    folder = args.folder or corpus()
+    files = sorted(folder.glob("*.jinja"))
+    cases = agree = both_refuse = 0
+    differing: list[dict[str, Any]] = []
+    for path in files:
+        template = path.read_text(encoding="utf-8")
+        for name, messages in CONVERSATIONS.items():
+            for context in contexts(name):
+                cases += 1
+                ours = outcome(lambda: render_text(template, messages, context))
+                theirs = outcome(lambda: reference(template, messages, context))
+                if ours == theirs or (ours[0] == theirs[0] == "refused"):
+                    agree += 1
+                    both_refuse += ours[0] == "refused"
+                else:
+                    differing.append({"template": path.name, "conversation": name, "ours": ours, "theirs": theirs})
+    print(f"{len(files)} templates × {cases // max(len(files), 1)} cases = {cases} renderings")
+    print(f"byte-identical or both refused: {agree}/{cases} = {agree / cases:.2%} ({both_refuse} refused by both)")
+    for case in differing[: args.show]:
+        print(json.dumps(case, ensure_ascii=False)[:2000])
+    if differing:
+        print(f"differing templates: {sorted({c['template'] for c in differing})}")
+
+
+if __name__ == "__main__":
+    main()
