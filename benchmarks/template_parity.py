@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmrun.errors import TemplateError  # noqa: E402
-from llmrun.template import Context, Message, ToolCall, render_text  # noqa: E402
-from tests.unit.test_template import WEATHER, hf_message  # noqa: E402
+from llmrun.errors import TemplateError
+from llmrun.template import Context, Message, ToolCall, render_text
+from tests.unit.test_template import WEATHER, hf_message
 
 SDIST = "llama-cpp-python==0.3.36"
 
@@ -122,8 +122,8 @@ def main() -> None:
         for name, messages in CONVERSATIONS.items():
             for context in contexts(name):
                 cases += 1
-                ours = outcome(lambda: render_text(template, messages, context))
-                theirs = outcome(lambda: reference(template, messages, context))
+                ours = outcome(lambda t=template, m=messages, c=context: render_text(t, m, c))
+                theirs = outcome(lambda t=template, m=messages, c=context: reference(t, m, c))
                 if ours == theirs or (ours[0] == theirs[0] == "refused"):
                     agree += 1
                     both_refuse += ours[0] == "refused"

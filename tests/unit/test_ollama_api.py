@@ -80,7 +80,7 @@ def test_format_system_raw_and_chat() -> None:
         ({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"}, "template"),
         ({"model": "m", "prompt": "x", "suffix": "y"}, "suffix"),
         ({"model": "m", "prompt": "x", "context": [1, 2]}, "context"),
-        ({"model": "m", "prompt": "x", "think": True}, "think"),
+        ({"model": "m", "prompt": "x", "think": "maybe"}, "think"),
         ({"model": "m", "prompt": "x", "options": {"mirostat": 1}}, "mirostat"),
         ({"model": "m", "prompt": "x", "options": {"temperature": "hot"}}, "temperature"),
         ({"model": "m", "prompt": "x", "options": {"top_p": 7}}, "top_p"),
@@ -93,6 +93,15 @@ def test_refused_with_a_message_naming_the_field(body: dict[str, object], messag
     with pytest.raises(OllamaError, match=message) as info:
         parse_generate(body, DEFAULTS)
     assert info.value.status == 400 and info.value.body() == {"error": info.value.message}
+
+
+def test_think_is_enable_thinking_or_a_level() -> None:
+    assert parse_generate({"model": "m", "prompt": "x", "think": False}, DEFAULTS).request.variables == {
+        "enable_thinking": False
+    }
+    leveled = parse_generate({"model": "m", "prompt": "x", "think": "high"}, DEFAULTS).request
+    assert leveled.variables == {"reasoning_effort": "high", "enable_thinking": True}
+    assert parse_generate({"model": "m", "prompt": "x"}, DEFAULTS).request.variables == {}
 
 
 def test_chat_refusals() -> None:
