@@ -5,9 +5,10 @@ Usage:
 
 TEMPLATE_DIR holds ``*.jinja`` files; without it, the real templates llama.cpp keeps in
 ``models/templates`` are taken from the llama-cpp-python source distribution (downloaded
-from PyPI by pip into a temporary folder). Each template renders several conversations
-(system prompts, multi-turn, reasoning in earlier turns, whitespace and non-ASCII text,
-tool calls and results, with and without the generation prompt, enable_thinking off);
+from PyPI by pip into a temporary folder). Each template renders the conversations of
+tests/unit/test_template.py (one turn; a system prompt and several turns; reasoning in
+earlier turns; whitespace and non-ASCII text; a tool call and its result), each with the
+generation prompt, without it (and with documents), and with enable_thinking off;
 a case agrees when both renderers produce the same text, or both refuse it. Prints the
 agreement as a share of all cases, and the first differing cases with ``--show``.
 """
@@ -26,64 +27,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmrun.errors import TemplateError
-from llmrun.template import Context, Message, ToolCall, render_text
-from tests.unit.test_template import WEATHER, hf_message
+from llmrun.template import render_text
+from tests.unit.test_template import CONVERSATIONS, contexts, transformers_render
 
 SDIST = "llama-cpp-python==0.3.36"
-
-CONVERSATIONS: dict[str, list[Message]] = {
-    "one turn": [Message("user", "Hello")],
-    "system, three turns": [
-        Message("system", "You are terse."),
-        Message("user", "What is 2 + 2?"),
-        Message("assistant", "4"),
-        Message("user", "And 3 + 3?"),
-    ],
-    "reasoning in earlier turns": [
-        Message("user", "Is 7 prime?"),
-        Message("assistant", "<think>\nDivisors: 1 and 7.\n</think>\n\nYes."),
-        Message("user", "Is 9?"),
-        Message("assistant", "No.", reasoning="9 = 3 * 3"),
-        Message("user", "And 11?"),
-    ],
-    "whitespace, non-ASCII": [
-        Message("system", "  Réponds en français.\n"),
-        Message("user", "\n  Grüße aus 東京 🙂  \n\n"),
-        Message("assistant", " Bonjour ! "),
-        Message("user", "\tça va ?\t"),
-    ],
-    "tool loop": [
-        Message("system", "Use tools when they help."),
-        Message("user", "Weather in Paris?"),
-        Message("assistant", "", tool_calls=(ToolCall("call_1", "get_weather", '{"city": "Paris"}'),)),
-        Message("tool", '{"temp": 21}', tool_call_id="call_1", name="get_weather"),
-        Message("user", "Thanks!"),
-    ],
-}
-
-
-def contexts(conversation: str) -> list[Context]:
-    tools = (WEATHER,) if conversation == "tool loop" else None
-    return [
-        Context("<s>", "</s>", True, tools=tools),
-        Context("<s>", "</s>", False, tools=tools),
-        Context("<s>", "</s>", True, tools=tools, variables={"enable_thinking": False}),
-    ]
-
-
-def reference(template: str, messages: list[Message], context: Context) -> str:
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    rendered, _ = render_jinja_template(
-        conversations=[[hf_message(m) for m in messages]],
-        tools=[dict(t) for t in context.tools] if context.tools is not None else None,
-        chat_template=template,
-        add_generation_prompt=context.add_generation_prompt,
-        bos_token=context.bos_token,
-        eos_token=context.eos_token,
-        **dict(context.variables),
-    )
-    return str(rendered[0])
 
 
 def outcome(render: Any) -> tuple[str, str]:
@@ -123,7 +70,7 @@ def main() -> None:
             for context in contexts(name):
                 cases += 1
                 ours = outcome(lambda t=template, m=messages, c=context: render_text(t, m, c))
-                theirs = outcome(lambda t=template, m=messages, c=context: reference(t, m, c))
+                theirs = outcome(lambda t=template, m=messages, c=context: transformers_render(t, m, c))
                 if ours == theirs or (ours[0] == theirs[0] == "refused"):
                     agree += 1
                     both_refuse += ours[0] == "refused"
