@@ -99,6 +99,12 @@ class GgufHeader:
         value = self.metadata.get("tokenizer.chat_template")
         return value if isinstance(value, str) and value.strip() else None
 
+    @property
+    def tool_use_template(self) -> str | None:
+        """The model's named template for requests with tools (Hermes 2 Pro, Command R), if any."""
+        value = self.metadata.get("tokenizer.chat_template.tool_use")
+        return value if isinstance(value, str) and value.strip() else None
+
 
 class _Cursor:
     """Reads little-endian values from a buffer, refusing to read past its end."""

@@ -76,15 +76,21 @@ def _tensors(path: Path) -> list[TensorInfo]:
     return result
 
 
-def chat_template(directory: Path) -> str | None:
+def chat_template(directory: Path, name: str = "default") -> str | None:
+    """The model's chat template (``chat_template.jinja``, else ``tokenizer_config.json``'s), or a
+    named one (``tool_use``) where the config lists several as ``[{"name", "template"}]``."""
     jinja = directory / "chat_template.jinja"
-    if jinja.is_file():
+    if jinja.is_file() and name == "default":
         return jinja.read_text(encoding="utf-8")
     config = directory / "tokenizer_config.json"
     if config.is_file():
         value = read_json(config, "tokenizer config JSON").get("chat_template")
         if isinstance(value, str):
-            return value
+            return value if name == "default" else None
+        if isinstance(value, list):
+            named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+            found = named.get(name)
+            return found if isinstance(found, str) else None
     return None
 
 
@@ -112,9 +118,10 @@ def read_mlx_header(directory: Path) -> GgufHeader:
     quantization = config.get("quantization")
     if isinstance(quantization, dict) and isinstance(quantization.get("bits"), int):
         metadata["mlx.quantization.bits"] = quantization["bits"]
-    template = chat_template(directory)
-    if template:
-        metadata["tokenizer.chat_template"] = template
+    for name, key in (("default", "tokenizer.chat_template"), ("tool_use", "tokenizer.chat_template.tool_use")):
+        template = chat_template(directory, name)
+        if template:
+            metadata[key] = template
     files = sorted(directory.glob("*.safetensors"))
     tensors = tuple(t for f in files for t in _tensors(f))
     size = sum(f.stat().st_size for f in directory.iterdir() if f.is_file())

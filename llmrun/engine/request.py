@@ -65,6 +65,12 @@ class Templates:
     conversation: str
     conversation_source: str
     system: str | None = None  # the system prompt the model's store keeps with it (Ollama's SYSTEM)
+    tool_use: str | None = None  # the model's own template for requests with tools, when it has one
+
+    def for_request(self, request: Request) -> str:
+        """The template a conversation goes through: the model's ``tool_use`` template when the
+        request offers tools and the model has one (as transformers chooses), else ``conversation``."""
+        return self.tool_use if request.tools is not None and self.tool_use else self.conversation
 
     @property
     def prompt_source(self) -> str:
@@ -82,7 +88,7 @@ def choose_template(run_plan: RunPlan, chosen: tuple[str, str] | None = None) ->
         return Templates(chosen[0], chosen[0], chosen[1], system)
     if own:
         where = "models.toml" if run_plan.model.entry and run_plan.model.entry.template else "embedded"
-        return Templates(own, own, f"the model's own ({where})", system)
+        return Templates(own, own, f"the model's own ({where})", system, run_plan.header.tool_use_template)
     fallback = builtin_for(run_plan.header.architecture)
     return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)", system)
 
@@ -102,7 +108,7 @@ class Prepared:
 
 def tool_dialect(templates: Templates, request: Request) -> Dialect | None:
     """How the model writes the request's tool calls (None: the request offers no tools)."""
-    return dialect_for(templates.conversation) if request.tools is not None else None
+    return dialect_for(templates.for_request(request)) if request.tools is not None else None
 
 
 def request_constraint(model: LoadedModel, templates: Templates, request: Request) -> Constraint | None:
@@ -159,5 +165,6 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         tools = [t.openai() for t in request.tools.tools]
     else:
         messages = generic_messages(messages, request.tools)
-    prompt = render_prompt(model, templates.conversation, messages, tools=tools, variables=request.variables)
-    return Prepared(prompt, "chat template", thinking_for(templates.conversation, prompt.text))
+    template = templates.for_request(request)
+    prompt = render_prompt(model, template, messages, tools=tools, variables=request.variables)
+    return Prepared(prompt, "chat template", thinking_for(template, prompt.text))

@@ -165,6 +165,23 @@ def test_mlx_directory_reads_as_a_header(tmp_path: Path) -> None:
     assert geom.n_swa_layers == 15  # every sixth layer is global
 
 
+def test_named_chat_templates_give_the_default_and_the_tool_use_one(tmp_path: Path) -> None:
+    from llmrun.engine.request import Request, Templates
+    from llmrun.structured.tools import Tool, ToolUse
+    from llmrun.template import Message
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 8}))
+    named = [{"name": "default", "template": "plain"}, {"name": "tool_use", "template": "with {{ tools }}"}]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": named}))
+    header = read_mlx_header(tmp_path)
+    assert (header.chat_template, header.tool_use_template) == ("plain", "with {{ tools }}")
+    templates = Templates("plain", "plain", "the model's own", None, header.tool_use_template)
+    chat = Request(messages=(Message("user", "hi"),))
+    tools = ToolUse((Tool("add", "", "{}"),), "auto")
+    assert templates.for_request(chat) == "plain"  # as transformers: tool_use only when tools are given
+    assert templates.for_request(Request(messages=chat.messages, tools=tools)) == "with {{ tools }}"
+
+
 def test_hostile_safetensors_header_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     _safetensors(tmp_path / "model.safetensors", {"a": ("F16", [2, 2])}, declared=2**60)
