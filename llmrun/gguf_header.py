@@ -215,6 +215,8 @@ def _tensor_nbytes(cur: _Cursor, name: str, type_id: int, shape: tuple[int, ...]
     elements = 1
     for dim in shape:
         elements *= dim
+    if any(dim < 1 for dim in shape) or elements >= 2**63:  # llama.cpp's own checks (gguf.cpp)
+        raise cur.fail(f"tensor {name} has shape {list(shape)} (each dimension at least 1, under 2^63 elements)")
     if shape and shape[0] % block_size:
         raise cur.fail(f"tensor {name} row of {shape[0]} is not a multiple of {block_size}")
     return elements // block_size * type_size

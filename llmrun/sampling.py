@@ -100,7 +100,7 @@ class SamplingParams:
         if max_tokens < 1 and max_tokens != -1:
             raise InvalidParameter("max_tokens", self.max_tokens, ">= 1, or -1 for no limit")
         stop = self.stop
-        if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop):
+        if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop):
             raise InvalidParameter("stop", self.stop, "a list of non-empty strings")
         # Normalise exact types so equal parameters compare and hash equal.
         object.__setattr__(self, "temperature", temperature)

@@ -247,6 +247,9 @@ def render_text(
         raise TemplateError(f"the chat template failed to render: {exc}", PLAIN_PROMPT) from exc
     except (RecursionError, OverflowError, MemoryError) as exc:
         raise TemplateError(f"the chat template failed to render: {type(exc).__name__}", PLAIN_PROMPT) from exc
+    except Exception as exc:  # a template is code: whatever else it raises (Jinja compiles some errors into
+        # a Python SyntaxError, e.g. {% continue %} outside a loop) is still the template's failure
+        raise TemplateError(f"the chat template failed to render: {type(exc).__name__}: {exc}", PLAIN_PROMPT) from exc
     text = "".join(out)
     return _continued(text, messages[-1].content) if context.continue_final_message else text
 
@@ -444,7 +447,7 @@ def load_template(value: str) -> tuple[str, str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"cannot read the template {path}: {exc}", hint) from None
     try:
-        _environment().parse(text)
+        _environment().from_string(text)  # compiled, not only parsed: some errors show only then
     except Exception as exc:  # a syntax error: said now, not at the first message
         raise TemplateError(f"{path} is not a valid Jinja template: {exc}", "fix the file") from None
     return text, f"file {path}"

@@ -40,7 +40,12 @@ def _read_gguf(path: Path) -> Imatrix:
     read_header(path)  # bounded check before the gguf package's reader
     from gguf import GGUFReader
 
-    tensors = {t.name: t for t in GGUFReader(path).tensors}
+    try:
+        tensors = {t.name: t for t in GGUFReader(path).tensors}
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError) as exc:  # past our check
+        raise ModelFileError(
+            f"{path} is not a valid importance matrix: {exc}", "make it again with llama-imatrix"
+        ) from None
     result: Imatrix = {}
     for name, tensor in tensors.items():
         if not name.endswith(".in_sum2"):

@@ -1,0 +1,17 @@
+"""Importance matrices (llama-imatrix's GGUF and legacy .dat files), read for `llmrun quantize --imatrix`."""
+
+import atheris
+import harness
+
+with atheris.instrument_imports():
+    from llmrun.quantize.imatrix import read_imatrix
+
+
+def one(data: bytes) -> None:
+    path = harness.workdir() / "imatrix.dat"
+    path.write_bytes(data)
+    read_imatrix(path)
+
+
+if __name__ == "__main__":
+    harness.main(one)

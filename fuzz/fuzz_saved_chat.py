@@ -1,0 +1,17 @@
+"""Saved chats (`/load NAME`): a JSON file a user may have edited."""
+
+import atheris
+import harness
+
+with atheris.instrument_imports():
+    from llmrun.chat import read_saved
+
+
+def one(data: bytes) -> None:
+    path = harness.workdir() / "chat.json"
+    path.write_bytes(data)
+    read_saved(path)
+
+
+if __name__ == "__main__":
+    harness.main(one)

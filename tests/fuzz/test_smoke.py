@@ -1,0 +1,41 @@
+"""CI's smoke run of every fuzz harness: a few seconds of coverage-guided fuzzing each (atheris),
+from the committed seeds, under the harness's memory and time limits; a finding fails the test
+with the input libFuzzer saved. Long runs: see fuzz/README.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_fuzz_inputs import FUZZ, HARNESSES
+
+pytestmark = pytest.mark.slow
+SECONDS = 6
+
+
+@pytest.mark.parametrize("name", HARNESSES)
+def test_a_short_fuzz_run_finds_nothing(name: str, tmp_path: Path) -> None:
+    found, corpus = tmp_path / "found", tmp_path / "corpus"
+    found.mkdir()
+    corpus.mkdir()
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(FUZZ / f"fuzz_{name}.py"),
+            str(corpus),  # new inputs go here, never into the committed seeds
+            str(FUZZ / "corpus" / name),
+            f"-max_total_time={SECONDS}",
+            f"-artifact_prefix={found}/",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 60,
+        check=False,
+        cwd=tmp_path,
+    )
+    saved = [p.name for p in found.iterdir()]
+    assert run.returncode == 0 and not saved, run.stderr[-3000:]
+    assert "DONE" in run.stderr
