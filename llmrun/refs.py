@@ -38,6 +38,17 @@ class ModelRef:
     tag: str | None = None  # alias tag or quant
     file: str | None = None  # a file inside a hub repo
 
+    def canonical(self) -> str:
+        """The name as llmrun writes it: it parses back to this reference (``hf.co/`` dropped,
+        aliases lower case, quant tags upper case)."""
+        if self.kind in STORES:
+            return f"{self.kind}:{self.name}"
+        if self.kind == "hub" and self.file is not None:
+            return f"{self.name}/{self.file}"
+        if self.kind == "hub" and self.tag is not None:
+            return f"{self.name}:{self.tag}"
+        return self.name
+
     @staticmethod
     def parse(text: str) -> ModelRef:
         raw = text.strip()
