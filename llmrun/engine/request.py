@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmrun.errors import InvalidParameter
+from llmrun.errors import InvalidParameter, UsageError
 from llmrun.pipeline import Prompt, PromptFormat, chat_template, prompt_ids, render_prompt
 from llmrun.reasoning import Thinking, split, thinking_for
 from llmrun.sampling import SamplingParams
@@ -151,7 +151,7 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
             request.variables,
         )
         template = templates.own if fmt == "chat template" else None
-        return Prepared(prompt, fmt, thinking_for(template, prompt.text) if template else None)
+        return _nonempty(Prepared(prompt, fmt, thinking_for(template, prompt.text) if template else None))
     if any(m.role == "system" for m in request.messages):
         system = request.system
     head = [Message("system", system)] if system else []
@@ -167,4 +167,10 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         messages = generic_messages(messages, request.tools)
     template = templates.for_request(request)
     prompt = render_prompt(model, template, messages, tools=tools, variables=request.variables)
-    return Prepared(prompt, "chat template", thinking_for(template, prompt.text))
+    return _nonempty(Prepared(prompt, "chat template", thinking_for(template, prompt.text)))
+
+
+def _nonempty(prepared: Prepared) -> Prepared:
+    if not prepared.ids:  # nothing to evaluate: llama.cpp cannot decode an empty batch
+        raise UsageError("the prompt is empty (it has no tokens)", "send some text")
+    return prepared

@@ -28,6 +28,7 @@ from llmrun.backends.base import BatchRequest, Done, Token
 from llmrun.engine.request import Prepared, Request, request_constraint, request_ids, request_result
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
+from llmrun.generation import token_budget
 from llmrun.reasoning import Splitter
 
 log = logging.getLogger("llmrun.scheduler")
@@ -176,6 +177,7 @@ class Scheduler:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             prepared = request_ids(self.entry.model, self.entry.templates, request)
+            token_budget(len(prepared.ids), self.n_ctx_seq, request.params)  # a prompt too long fails now
             constraint = request_constraint(self.entry.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():

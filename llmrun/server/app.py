@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmrun import __version__
 from llmrun.engine import Result
@@ -84,6 +85,15 @@ def create_app(state: ServerState) -> FastAPI:
     async def api_error(request: Request, exc: ApiError) -> Response:
         return _error_response(exc, request.url.path)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, exc: StarletteHTTPException) -> Response:
+        """No such route (404) or method (405), answered in the API's own error shape."""
+        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail).lower()
+        code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+        where = f"{message}: {request.method} {request.url.path}"
+        error = ApiError(exc.status_code, where, code=code, headers=dict(exc.headers or {}))  # 405 keeps Allow
+        return _error_response(error, request.url.path)
+
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
@@ -102,6 +112,14 @@ def create_app(state: ServerState) -> FastAPI:
         metrics.queue_depth.set(sum(s.scheduler.queued for s in served))
         metrics.busy_slots.set(sum(s.scheduler.busy for s in served))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json")
+    async def openapi() -> dict[str, Any]:
+        from llmrun.server.openapi import describe
+
+        served = state.served()
+        longest = min((s.n_ctx for s in served), default=1)
+        return describe(state.names(), longest, __version__)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -163,7 +181,15 @@ async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
             log.info("unloaded %s (idle past --keep-alive)", name)
 
 
-KNOWN = {"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+KNOWN = {
+    "/health",
+    "/metrics",
+    "/openapi.json",
+    "/v1/models",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+}
 KNOWN |= {
     f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings", "pull")
 }

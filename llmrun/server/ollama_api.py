@@ -162,7 +162,7 @@ def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
         think=think,
         template_kwargs=variables,
     )
-    return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
+    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
 
 
 def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
@@ -182,7 +182,26 @@ def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
         think=think,
         template_kwargs=variables,
     )
-    return OllamaCall(model, request, _stream(body), body.get("keep_alive"))
+    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
+
+
+def _keep_alive(value: Any) -> Any:
+    """Ollama's keep_alive: a duration ("5m") or seconds; the server's own --keep-alive applies."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        raise OllamaError(400, 'keep_alive must be a duration ("5m") or a number of seconds')
+    return value
+
+
+SHOW_FIELDS = {"model", "name", "verbose"}
+
+
+def show_name(body: Any) -> str:
+    """/api/show's body: the model it names (``verbose`` is accepted; llmrun shows the same either way)."""
+    name = model_name(body)
+    _unsupported(body, SHOW_FIELDS)
+    if not isinstance(body.get("verbose", False), bool):
+        raise OllamaError(400, "verbose must be a boolean")
+    return name
 
 
 def _think(value: Any) -> tuple[bool | None, dict[str, Any]]:
@@ -207,6 +226,9 @@ def _message(value: Any, index: int) -> Message:
     if not isinstance(content, str):
         raise OllamaError(400, f"{where}.content must be a string")
     calls = tuple(_call(c, f"{where}.tool_calls[{j}]", j) for j, c in enumerate(value.get("tool_calls") or ()))
+    for field in ("tool_name", "name"):
+        if value.get(field) is not None and not isinstance(value[field], str):
+            raise OllamaError(400, f"{where}.{field} must be a string")
     name = value.get("tool_name") or value.get("name")
     thinking = value.get("thinking")
     if thinking is not None and not isinstance(thinking, str):

@@ -55,7 +55,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
 
     @app.post("/api/show")
     async def show(request: Request) -> Response:
-        name = ollama.model_name(await jobs.json_body(request, state.config.max_body_bytes))
+        name = ollama.show_name(await jobs.json_body(request, state.config.max_body_bytes))
         if name not in state.names() and not in_ollama(name):
             raise ollama.OllamaError(404, f"model {name!r} not found")
         embedding = name in {e.name for e in state.embeddings()}

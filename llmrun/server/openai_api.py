@@ -202,6 +202,10 @@ def _content(value: Any, where: str) -> str:
     return "".join(texts)
 
 
+MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
+MESSAGE_FIELDS |= {"reasoning_content", "reasoning", "audio"}
+
+
 def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
     if not isinstance(messages, list) or not messages:
         raise bad_field("messages", "messages must be a non-empty array", "missing_required")
@@ -212,8 +216,13 @@ def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise bad_field(where, f"{where} must be an object", "invalid_type")
+        unknown = sorted(set(message) - MESSAGE_FIELDS)
+        if unknown:
+            raise bad_field(f"{where}.{unknown[0]}", f"unrecognized message field: {unknown[0]}", "unknown_parameter")
+        if message.get("name") is not None and not isinstance(message["name"], str):
+            raise bad_field(f"{where}.name", "name must be a string", "invalid_type")
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad_field(f"{where}.role", f"role must be one of {', '.join(ROLES)}, got {role!r}")
         if message.get("function_call"):
             raise bad_field(f"{where}.function_call", "function_call is deprecated: send tool_calls")
@@ -253,7 +262,7 @@ def _reasoning(message: dict[str, Any], where: str) -> str | None:
 
 def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     body = _check_fields(body, CHAT_FIELDS)
-    if body.get("store"):
+    if _typed(body, "store", bool, "a boolean"):
         raise bad_field("store", "store: true is not supported (this server keeps nothing)", "unsupported_parameter")
     _typed(body, "metadata", dict, "an object")
     _user(body)

@@ -52,10 +52,13 @@ def compile_format(fmt: Format) -> str:
     """``fmt`` as an llguidance grammar, checked; :class:`UnsupportedFormat` naming the first problem."""
     from llguidance import LLMatcher, grammar_from
 
-    if fmt.kind in ("json", "schema"):
-        grammar = LLMatcher.grammar_from_json_schema(declared_only(fmt.schema()), overrides=JSON_OPTIONS)
-    else:
-        grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
+    try:
+        if fmt.kind in ("json", "schema"):
+            grammar = LLMatcher.grammar_from_json_schema(declared_only(fmt.schema()), overrides=JSON_OPTIONS)
+        else:
+            grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # e.g. an integer JSON cannot carry
+        raise _unsupported(fmt, str(exc)) from None
     failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
         raise _unsupported(fmt, messages[0])
