@@ -21,6 +21,7 @@ def test_a_short_fuzz_run_finds_nothing(name: str, tmp_path: Path) -> None:
     found, corpus = tmp_path / "found", tmp_path / "corpus"
     found.mkdir()
     corpus.mkdir()
+    seeds = sorted(p.name for p in (FUZZ / "corpus" / name).iterdir())
     run = subprocess.run(
         [
             sys.executable,
@@ -39,3 +40,5 @@ def test_a_short_fuzz_run_finds_nothing(name: str, tmp_path: Path) -> None:
     saved = [p.name for p in found.iterdir()]
     assert run.returncode == 0 and not saved, run.stderr[-3000:]
     assert "DONE" in run.stderr
+    assert sorted(p.name for p in (FUZZ / "corpus" / name).iterdir()) == seeds  # the seeds are only read
+    assert {p.name for p in tmp_path.iterdir()} == {"found", "corpus"}  # nothing else written where it ran
