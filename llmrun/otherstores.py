@@ -221,7 +221,8 @@ def ollama_models(root: Path | None = None) -> Iterator[Listed]:
         short = (host, namespace) == (OLLAMA_REGISTRY, "library")
         name = f"ollama:{model}:{tag}" if short else f"ollama:{host}/{namespace}/{model}:{tag}"
         try:
-            layers = _manifest(manifest, name[7:]).get("layers") or []
+            layers = _manifest(manifest, name[7:]).get("layers")
+            layers = layers if isinstance(layers, list) else []
             layer = next(x for x in layers if isinstance(x, dict) and x.get("mediaType") == MODEL_LAYER)
             _, path = _blob(root, layer, name)
             stat = path.stat()

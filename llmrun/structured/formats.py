@@ -95,7 +95,7 @@ def response_format(value: Any, parameter: str = "response_format") -> Format | 
         raise InvalidParameter(parameter, _short(value), 'an object such as {"type": "json_object"}')
     kind = value.get("type")
     allowed = {"text": {"type"}, "json_object": {"type"}, "json_schema": {"type", "json_schema"}}
-    if kind not in allowed:
+    if not isinstance(kind, str) or kind not in allowed:
         raise InvalidParameter(f"{parameter}.type", _short(kind), "text, json_object or json_schema")
     unknown = set(value) - allowed[kind]
     if unknown:
