@@ -84,7 +84,8 @@ def chat_template(directory: Path, name: str = "default") -> str | None:
         return jinja.read_text(encoding="utf-8")
     config = directory / "tokenizer_config.json"
     if config.is_file():
-        value = read_json(config, "tokenizer config JSON").get("chat_template")
+        data = read_json(config, "tokenizer config JSON")
+        value = data.get("chat_template") if isinstance(data, dict) else None
         if isinstance(value, str):
             return value if name == "default" else None
         if isinstance(value, list):
@@ -103,7 +104,8 @@ def read_mlx_header(directory: Path) -> GgufHeader:
     config = read_json(config_path, "model config JSON")
     if not isinstance(config, dict):
         raise ModelFileError(f"{config_path} is not a JSON object", "re-download or re-convert the model")
-    config = {**config, **(config.get("text_config") or {})}
+    text_config = config.get("text_config")
+    config = {**config, **(text_config if isinstance(text_config, dict) else {})}
     model_type = str(config.get("model_type", "unknown"))
     arch = ARCHITECTURES.get(model_type, model_type)
     metadata: dict[str, Any] = {"general.architecture": arch, "general.name": directory.name}
