@@ -70,10 +70,17 @@ def _tensors(path: Path) -> list[TensorInfo]:
     for name, spec in table.items():
         if name == "__metadata__" or not isinstance(spec, dict):
             continue
-        start, end = spec.get("data_offsets", (0, 0))
-        shape = tuple(int(d) for d in spec.get("shape", ()))
-        result.append(TensorInfo(name, DTYPES.get(spec.get("dtype", ""), 0), shape, int(start), int(end) - int(start)))
+        offsets, shape, dtype = spec.get("data_offsets", [0, 0]), spec.get("shape", []), spec.get("dtype", "")
+        if not (_naturals(offsets) and len(offsets) == 2 and offsets[0] <= offsets[1]) or not _naturals(shape):
+            raise ModelFileError(f"{path}: tensor {name!r} has a malformed shape or offsets", "re-download the model")
+        kind = DTYPES.get(dtype, 0) if isinstance(dtype, str) else 0
+        result.append(TensorInfo(name, kind, tuple(shape), offsets[0], offsets[1] - offsets[0]))
     return result
+
+
+def _naturals(value: Any) -> bool:
+    """A list of non-negative integers (JSON's, not booleans)."""
+    return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
 
 
 def chat_template(directory: Path, name: str = "default") -> str | None:
