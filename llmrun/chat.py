@@ -159,7 +159,7 @@ class ChatSession:
         self.last_prompt = prompt
         cached = common_prefix(self._cached, ids)
         thinking = thinking_for(self.template, prompt.text)
-        splitter = Splitter(thinking) if thinking is not None else None
+        splitter = Splitter(thinking)
         answer: list[str] = []
         reasoning: list[str] = []
         generated: list[int] = []
@@ -173,14 +173,13 @@ class ChatSession:
             for event in self.model.stream(ids, self.params, constraint=constraint):
                 if isinstance(event, Done):
                     done = event
-                    held = splitter.flush() if splitter is not None else None
+                    held = splitter.flush()
                     if held is not None:
                         answer.append(held.text)
                         reasoning.append(held.reasoning)
                         yield held
                 else:
-                    if splitter is not None:
-                        event = splitter.token(event)
+                    event = splitter.token(event)
                     answer.append(event.text)
                     reasoning.append(event.reasoning)
                     if event.id >= 0:
@@ -190,7 +189,7 @@ class ChatSession:
             if done is not None:
                 thought, text = split(thinking, done.text)
             else:  # interrupted: what was shown
-                thought = "".join(reasoning) if splitter is not None and splitter.reasoned else None
+                thought = "".join(reasoning) if splitter.reasoned else None
                 text = "".join(answer)
             self.turns.append(Turn("assistant", text, done is None, thought))
             self._cached = ids + generated

@@ -61,12 +61,14 @@ class Splitter:
 
     Reasoning is recognised where the answer starts with the open marker (after whitespace), or
     from the start when the prompt opened it; it ends at the close marker. Whitespace around the
-    reasoning and before the answer is dropped, as llama-server and Ollama do."""
+    reasoning and before the answer is dropped, as llama-server and Ollama do. Without ``thinking``
+    (a template with no reasoning markers) everything is answer, passed through as it comes."""
 
-    def __init__(self, thinking: Thinking) -> None:
-        self.markers = thinking.markers
-        self.state = "thinking" if thinking.started else "start"
-        self.reasoned = thinking.started  # whether any reasoning was opened
+    def __init__(self, thinking: Thinking | None) -> None:
+        self.passthrough = thinking is None
+        self.markers = thinking.markers if thinking is not None else Markers("", "")
+        self.state = "answer" if thinking is None else "thinking" if thinking.started else "start"
+        self.reasoned = thinking is not None and thinking.started  # whether any reasoning was opened
         self._buffer = ""
         self._reasoning_shown = False
 
@@ -122,6 +124,8 @@ class Splitter:
 
     def token(self, event: Token) -> Token:
         """``event`` with its text split into answer (``text``) and ``reasoning``."""
+        if self.passthrough:
+            return event
         reasoning, answer = self.feed(event.text)
         return dataclasses.replace(event, text=answer, reasoning=reasoning)
 
@@ -141,8 +145,6 @@ def _partial(text: str, marker: str) -> int:
 
 def split(thinking: Thinking | None, text: str) -> tuple[str | None, str]:
     """A whole answer as (reasoning, answer); reasoning is None when the model did not reason."""
-    if thinking is None:
-        return None, text
     splitter = Splitter(thinking)
     reasoning, answer = splitter.feed(text)
     more_reasoning, more_answer = splitter.finish()

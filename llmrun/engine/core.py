@@ -105,7 +105,7 @@ class Engine:
             entry.last_used = time.monotonic()
             prepared = request_ids(entry.model, entry.templates, request)
             constraint = request_constraint(entry.model, entry.templates, request)
-            splitter = Splitter(prepared.thinking) if prepared.thinking is not None else None
+            splitter = Splitter(prepared.thinking)
             logprobs: list[TokenLogprob] = []
             done: Done | None = None
             stream = entry.model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint)
@@ -115,10 +115,10 @@ class Engine:
                     continue
                 if request.logprobs and event.id >= 0:
                     logprobs.append(TokenLogprob.of(event, entry.model.token_bytes(event.id)))
-                yield splitter.token(event) if splitter is not None else event
+                yield splitter.token(event)
             entry.last_used = time.monotonic()
         assert done is not None
-        held = splitter.flush() if splitter is not None else None
+        held = splitter.flush()
         if held is not None:
             yield held
         kept = tuple(logprobs) if request.logprobs else None

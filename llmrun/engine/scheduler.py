@@ -125,11 +125,10 @@ class Ticket:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     _scheduler: Scheduler | None = None
-    splitter: Splitter | None = None  # a reasoning model's answer, told apart as it streams
+    splitter: Splitter = field(init=False)  # a reasoning model's answer, told apart as it streams
 
     def __post_init__(self) -> None:
-        if self.prepared.thinking is not None:
-            self.splitter = Splitter(self.prepared.thinking)
+        self.splitter = Splitter(self.prepared.thinking)
 
     def cancel(self) -> None:
         if self._scheduler is not None:
@@ -281,7 +280,7 @@ class Scheduler:
             if isinstance(event, Done):
                 del self._running[index]
                 logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
-                held = ticket.splitter.flush() if ticket.splitter is not None else None
+                held = ticket.splitter.flush()
                 if held is not None:
                     ticket.sink(held)
                 result = Result.of(event, ticket.prepared.format, logprobs, ticket.request.response_format)
@@ -289,4 +288,4 @@ class Scheduler:
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))
-            ticket.sink(ticket.splitter.token(event) if ticket.splitter is not None else event)
+            ticket.sink(ticket.splitter.token(event))
