@@ -320,17 +320,24 @@ def render_prompt(
     return Prompt(text, ids)
 
 
+def _special(model: LoadedModel, token_id: int) -> tuple[str, bool] | None:
+    """A special token's text, and whether it is a control token; None for any other token. Special:
+    control tokens, and the tokenizer's added tokens that read as markup (``<think>``, ``<tool_call>``)."""
+    kind = model.token_kind(token_id)
+    if kind == "normal":
+        return None
+    text = model.detokenize([token_id], special=True)
+    return (text, kind == "control") if kind == "control" or _MARKUP.fullmatch(text) else None
+
+
 def _guarded_tokens(model: LoadedModel, template: str, ids: Sequence[int]) -> dict[int, str]:
     """The special tokens in a rendered prompt that user text must not produce, by id: control tokens,
-    and the tokenizer's own added tokens that the template writes as markup (``<think>``, ``<tool_call>``)."""
+    and the markup tokens the template itself writes."""
     guarded: dict[int, str] = {}
     for token_id in set(ids):
-        kind = model.token_kind(token_id)
-        if kind == "normal":
-            continue
-        text = model.detokenize([token_id], special=True)
-        if kind == "control" or (_MARKUP.fullmatch(text) and text in template):
-            guarded[token_id] = text
+        special = _special(model, token_id)
+        if special is not None and (special[1] or special[0] in template):
+            guarded[token_id] = special[0]
     return guarded
 
 
@@ -340,13 +347,12 @@ def prompt_spans(model: LoadedModel, ids: Sequence[int]) -> list[tuple[str, bool
     spans: list[tuple[str, bool]] = []
     run: list[int] = []
     for token_id in ids:
-        kind = model.token_kind(token_id)
-        text = model.detokenize([token_id], special=True) if kind != "normal" else ""
-        if kind == "control" or (kind == "user" and _MARKUP.fullmatch(text)):
+        special = _special(model, token_id)
+        if special is not None:
             if run:
                 spans.append((model.detokenize(run, special=True), False))
                 run = []
-            spans.append((text, True))
+            spans.append((special[0], True))
         else:
             run.append(token_id)
     if run:
