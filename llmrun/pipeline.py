@@ -264,11 +264,6 @@ def load_vocabulary(path: Path, params: LoadParams, backend: str = "gguf") -> Lo
     return backends.get(backend).load(path, params)
 
 
-def chat_template(run_plan: RunPlan) -> str | None:
-    entry = run_plan.model.entry
-    return (entry.template if entry and entry.template else None) or run_plan.header.chat_template
-
-
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """A conversation as the model reads it: the text the template rendered (transformers' rendering,

@@ -97,8 +97,9 @@ def next_token(
     Example: llmrun next "The capital of France is" -t 0.7 --top-k 5
     """
     from llmrun.cli import render
+    from llmrun.engine import choose_template
     from llmrun.inspection import next_token as compute
-    from llmrun.pipeline import chat_template, load, prompt_ids
+    from llmrun.pipeline import load, prompt_ids
 
     text = _text_or_error(prompt, "next")
     flags = o.sampling_values(locals())
@@ -106,7 +107,7 @@ def next_token(
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)
         try:
-            rendered, prompt_format = prompt_ids(loaded, chat_template(run_plan), text, system, raw)
+            rendered, prompt_format = prompt_ids(loaded, choose_template(run_plan).own, text, system, raw)
             ids = rendered.ids
             result = compute(loaded, ids, run_plan.sampling, top)
         finally:

@@ -124,17 +124,12 @@ def _show_template(located: Any, json_output: bool) -> None:
     """The template a conversation with the model goes through, and a sample rendered by it."""
     from llmrun.backends.base import LoadParams
     from llmrun.cli import render
+    from llmrun.engine.request import templates_for
     from llmrun.pipeline import load_vocabulary, render_prompt
-    from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for
+    from llmrun.template import Message
 
-    entry, header = located.model.entry, located.header
-    if entry and entry.template:
-        text, source = entry.template, "the model's own (models.toml)"
-    elif header.chat_template:
-        text, source = header.chat_template, "the model's own (embedded)"
-    else:
-        name = builtin_for(header.architecture)
-        text, source = BUILTIN_TEMPLATES[name], f"{name} (built in; the model has none)"
+    templates = templates_for(located.model.entry, located.header)
+    text, source = templates.conversation, templates.conversation_source
     with render.status("Rendering a sample…"):
         vocab = load_vocabulary(located.model.path, LoadParams(512, 1, 0, vocab_only=True), located.backend.backend)
         try:

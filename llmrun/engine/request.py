@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmrun.errors import InvalidParameter, UsageError
-from llmrun.pipeline import Prompt, PromptFormat, chat_template, prompt_ids, render_prompt
+from llmrun.pipeline import Prompt, PromptFormat, prompt_ids, render_prompt
 from llmrun.reasoning import Thinking, split, thinking_for
 from llmrun.sampling import SamplingParams
 from llmrun.structured.formats import Format
@@ -17,7 +17,9 @@ from llmrun.template import Message
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
+    from llmrun.config import ModelEntry
     from llmrun.engine.result import Result
+    from llmrun.gguf_header import GgufHeader
     from llmrun.pipeline import RunPlan
     from llmrun.structured.grammar import Constraint
 
@@ -79,17 +81,27 @@ class Templates:
 
 
 def choose_template(run_plan: RunPlan, chosen: tuple[str, str] | None = None) -> Templates:
+    """The templates a run's requests go through (see :func:`templates_for`)."""
+    return templates_for(run_plan.model.entry, run_plan.header, run_plan.system, chosen)
+
+
+def templates_for(
+    entry: ModelEntry | None, header: GgufHeader, system: str | None = None, chosen: tuple[str, str] | None = None
+) -> Templates:
     """``chosen`` (a template and where it came from: ``--template``, built in or a file), else the
     model's own (models.toml's, then the model file's), else the built-in for its architecture."""
     from llmrun.template import BUILTIN_TEMPLATES, builtin_for
 
-    own, system = chat_template(run_plan), run_plan.system
     if chosen is not None:
         return Templates(chosen[0], chosen[0], chosen[1], system)
+    if entry and entry.template:
+        return Templates(
+            entry.template, entry.template, "the model's own (models.toml)", system, header.tool_use_template
+        )
+    own = header.chat_template
     if own:
-        where = "models.toml" if run_plan.model.entry and run_plan.model.entry.template else "embedded"
-        return Templates(own, own, f"the model's own ({where})", system, run_plan.header.tool_use_template)
-    fallback = builtin_for(run_plan.header.architecture)
+        return Templates(own, own, "the model's own (embedded)", system, header.tool_use_template)
+    fallback = builtin_for(header.architecture)
     return Templates(own, BUILTIN_TEMPLATES[fallback], f"{fallback} (built in; the model has none)", system)
 
 
