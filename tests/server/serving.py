@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -58,3 +61,15 @@ def start(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[s
             time.sleep(0.2)
     process.kill()
     pytest.fail(f"the server did not answer /health within {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def running(args: list[str], env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`start`, and Ctrl-C (waiting for it to exit) when the block ends, unless it already exited."""
+    url, process = start(args, env)
+    try:
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)

@@ -4,7 +4,6 @@ on 127.0.0.1; SmolLM2-135M-Instruct by its registry name, all-MiniLM for embeddi
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,10 +39,8 @@ def server(
     env.pop("HF_HUB_OFFLINE")
     env["HF_ENDPOINT"] = hub.url  # pulls come from the local Hub test server
     args = ["-m", CHAT, "-m", str(minilm), "--parallel", "2", "--ctx", "1024", "--allow-pull"]
-    url, process = serving.start(args, env)
-    yield url, str(minilm)
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=30)
+    with serving.running(args, env) as (url, _):
+        yield url, str(minilm)
 
 
 @pytest.fixture(scope="module")

@@ -53,11 +53,8 @@ class Server:
 def server(smollm: Path, minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
     args = ["-m", str(smollm), "-m", str(minilm), "--parallel", "4", "--ctx", "1024", "--api-key", KEY]
-    url, process = serving.start(args, env)
-    yield Server(url, process, str(smollm), env, str(minilm))
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
+    with serving.running(args, env) as (url, process):
+        yield Server(url, process, str(smollm), env, str(minilm))
 
 
 def chat(server: Server, **kwargs: Any) -> Any:

@@ -7,7 +7,6 @@ opens ``<think>`` unless ``enable_thinking`` is false (as Qwen3's and DeepSeek R
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,10 +27,8 @@ def url(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     template = home / "thinking.jinja"
     template.write_text(THINKING_TEMPLATE)
     args = ["-m", str(smollm), "--parallel", "2", "--ctx", "1024", "--template", str(template)]
-    base, process = serving.start(args, serving.hermetic_env(home))
-    yield base
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=30)
+    with serving.running(args, serving.hermetic_env(home)) as (base, _):
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,10 +31,8 @@ EXAMPLES = 200  # per operation and phase: over 2,000 requests in all
 @pytest.fixture(scope="module")
 def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
-    url, process = serving.start(["-m", str(smollm), "--ctx", "64", "--parallel", "2"], env)
-    yield url, process.pid
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=30)
+    with serving.running(["-m", str(smollm), "--ctx", "64", "--parallel", "2"], env) as (url, process):
+        yield url, process.pid
 
 
 def requests_served(url: str) -> dict[str, float]:

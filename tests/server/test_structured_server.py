@@ -5,7 +5,6 @@ auto / required / a named function, streamed tool-call deltas, a tool result sen
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,10 +59,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def url(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
-    base, process = serving.start(["-m", str(smollm), "--parallel", "4", "--ctx", "2048"], env)
-    yield base
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=30)
+    with serving.running(["-m", str(smollm), "--parallel", "4", "--ctx", "2048"], env) as (base, _):
+        yield base
 
 
 @pytest.fixture(scope="module")
