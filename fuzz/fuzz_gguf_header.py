@@ -8,8 +8,7 @@ with atheris.instrument_imports():
 
 
 def one(data: bytes) -> None:
-    path = harness.workdir() / "model.gguf"
-    path.write_bytes(data)
+    path = harness.as_file(data, "model.gguf")
     header = read_header(path)
     _ = (header.architecture, header.chat_template, header.tool_use_template, header.weight_bytes)
 

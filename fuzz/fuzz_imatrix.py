@@ -8,8 +8,7 @@ with atheris.instrument_imports():
 
 
 def one(data: bytes) -> None:
-    path = harness.workdir() / "imatrix.dat"
-    path.write_bytes(data)
+    path = harness.as_file(data, "imatrix.dat")
     read_imatrix(path)
 
 

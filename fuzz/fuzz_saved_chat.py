@@ -8,8 +8,7 @@ with atheris.instrument_imports():
 
 
 def one(data: bytes) -> None:
-    path = harness.workdir() / "chat.json"
-    path.write_bytes(data)
+    path = harness.as_file(data, "chat.json")
     read_saved(path)
 
 

@@ -52,6 +52,13 @@ def workdir() -> Path:
     return folder
 
 
+def as_file(data: bytes, name: str) -> Path:
+    """``data`` as the file ``name`` in a fresh :func:`workdir`."""
+    path = workdir() / name
+    path.write_bytes(data)
+    return path
+
+
 SEPARATOR = b"\n--8<--\n"
 
 

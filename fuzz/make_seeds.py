@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from fuzz.harness import SEPARATOR  # noqa: E402
-from tests import ggufbuild  # noqa: E402
+from tests import ggufbuild, modelfiles  # noqa: E402
 from tests.unit import test_template  # noqa: E402
 
 
@@ -68,51 +67,18 @@ def gguf_seeds() -> dict[str, bytes]:
 
 
 def imatrix_seeds() -> dict[str, bytes]:
-    import numpy as np
-    from gguf import GGUFWriter
-
-    legacy = struct.pack("<i", 2)
-    for name, ncall, values in (("blk.0.attn_q.weight", 4, [4.0, 8.0]), ("output.weight", 0, [1.0])):
-        encoded = name.encode()
-        legacy += struct.pack("<i", len(encoded)) + encoded + struct.pack("<ii", ncall, len(values))
-        legacy += struct.pack(f"<{len(values)}f", *values)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "m.gguf"
-        writer = GGUFWriter(path, "imatrix")
-        writer.add_tensor("blk.0.ffn_up.weight.in_sum2", np.array([[2.0, 4.0], [9.0, 3.0]], dtype=np.float32))
-        writer.add_tensor("blk.0.ffn_up.weight.counts", np.array([[2.0], [3.0]], dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        return {"legacy": legacy, "gguf": path.read_bytes()}
-
-
-def safetensors(tensors: dict[str, tuple[str, list[int]]]) -> bytes:
-    table, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        size = 2 * shape[0] * shape[1]
-        table[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    head = json.dumps(table).encode()
-    return struct.pack("<Q", len(head)) + head + b"\0" * offset
+        entries = {"blk.0.attn_q.weight": (4, [4.0, 8.0]), "output.weight": (0, [1.0])}
+        legacy = modelfiles.legacy_imatrix(Path(folder) / "m.dat", entries).read_bytes()
+        return {"legacy": legacy, "gguf": modelfiles.gguf_imatrix(Path(folder) / "m.gguf").read_bytes()}
 
 
 def mlx_seeds() -> dict[str, bytes]:
-    config = {
-        "model_type": "gemma3_text",
-        "num_hidden_layers": 18,
-        "hidden_size": 640,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "head_dim": 256,
-        "max_position_embeddings": 32768,
-        "sliding_window": 512,
-        "vocab_size": 262144,
-        "quantization": {"bits": 4, "group_size": 64},
-    }
+    config = {**modelfiles.GEMMA3_CONFIG, "quantization": {"bits": 4, "group_size": 64}}
     named = {"chat_template": [{"name": "default", "template": "x"}, {"name": "tool_use", "template": "y"}]}
-    weights = safetensors({"a.weight": ("BF16", [4, 8]), "b.weight": ("F32", [2, 2])})
+    with tempfile.TemporaryDirectory() as folder:
+        tensors = {"a.weight": ("BF16", [4, 8]), "b.weight": ("F32", [2, 2])}
+        weights = modelfiles.safetensors(Path(folder) / "model.safetensors", tensors).read_bytes()
     return {
         "gemma": SEPARATOR.join([json.dumps(config).encode(), json.dumps(named).encode(), weights]),
         "plain": SEPARATOR.join([b'{"model_type": "llama", "vocab_size": 8}', b"", weights]),

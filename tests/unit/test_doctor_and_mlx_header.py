@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from llmrun.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, diagnose
 from llmrun.errors import ModelFileError
 from llmrun.memory import geometry
 from llmrun.mlx_header import read_mlx_header
+from tests.modelfiles import GEMMA3_CONFIG, safetensors
 
 GiB = 1024**3
 
@@ -130,31 +130,10 @@ def test_quick_start_and_ci_build_llama_cpp_the_same_way() -> None:
     )
 
 
-def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]], declared: int | None = None) -> None:
-    table, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        size = 2 * shape[0] * shape[1]
-        table[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    head = json.dumps(table).encode()
-    path.write_bytes(struct.pack("<Q", declared or len(head)) + head + b"\0" * offset)
-
-
 def test_mlx_directory_reads_as_a_header(tmp_path: Path) -> None:
-    config = {
-        "model_type": "gemma3_text",
-        "num_hidden_layers": 18,
-        "hidden_size": 640,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 1,
-        "head_dim": 256,
-        "max_position_embeddings": 32768,
-        "sliding_window": 512,
-        "vocab_size": 262144,
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3_CONFIG))
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
-    _safetensors(tmp_path / "model.safetensors", {"a.weight": ("BF16", [4, 8]), "b.weight": ("F32", [2, 2])})
+    safetensors(tmp_path / "model.safetensors", {"a.weight": ("BF16", [4, 8]), "b.weight": ("F32", [2, 2])})
     header = read_mlx_header(tmp_path)
     assert header.architecture == "gemma3"
     assert header.chat_template == "{{ messages }}"
@@ -184,7 +163,7 @@ def test_named_chat_templates_give_the_default_and_the_tool_use_one(tmp_path: Pa
 
 def test_hostile_safetensors_header_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    _safetensors(tmp_path / "model.safetensors", {"a": ("F16", [2, 2])}, declared=2**60)
+    safetensors(tmp_path / "model.safetensors", {"a": ("F16", [2, 2])}, declared=2**60)
     with pytest.raises(ModelFileError, match="declares a"):
         read_mlx_header(tmp_path)
 

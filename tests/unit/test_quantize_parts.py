@@ -17,6 +17,7 @@ from llmrun.quantize.gguf import QUANT_TYPES, quant_type
 from llmrun.quantize.imatrix import read_imatrix
 from llmrun.quantize.metrics import blocks, compare_rows
 from llmrun.quantize.output import staged
+from tests.modelfiles import gguf_imatrix, legacy_imatrix
 
 # --- types and names ------------------------------------------------------------------
 
@@ -136,40 +137,22 @@ def test_different_vocabularies_are_refused() -> None:
 # --- importance matrices ----------------------------------------------------------------
 
 
-def _legacy(path: Path, entries: dict[str, tuple[int, list[float]]]) -> None:
-    data = struct.pack("<i", len(entries))
-    for name, (ncall, values) in entries.items():
-        encoded = name.encode()
-        data += struct.pack("<i", len(encoded)) + encoded + struct.pack("<ii", ncall, len(values))
-        data += struct.pack(f"<{len(values)}f", *values)
-    path.write_bytes(data)
-
-
 def test_legacy_imatrix_is_averaged_over_its_calls(tmp_path: Path) -> None:
     path = tmp_path / "m.dat"
-    _legacy(path, {"blk.0.attn_q.weight": (4, [4.0, 8.0]), "output.weight": (0, [1.0])})
+    legacy_imatrix(path, {"blk.0.attn_q.weight": (4, [4.0, 8.0]), "output.weight": (0, [1.0])})
     matrix = read_imatrix(path)
     assert matrix["blk.0.attn_q.weight"].tolist() == [1.0, 2.0]
     assert matrix["output.weight"].tolist() == [1.0]
 
 
 def test_gguf_imatrix_divides_sums_by_counts(tmp_path: Path) -> None:
-    from gguf import GGUFWriter
-
-    path = tmp_path / "m.gguf"
-    writer = GGUFWriter(path, "imatrix")
-    writer.add_tensor("blk.0.ffn_up.weight.in_sum2", np.array([[2.0, 4.0], [9.0, 3.0]], dtype=np.float32))
-    writer.add_tensor("blk.0.ffn_up.weight.counts", np.array([[2.0], [3.0]], dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    path = gguf_imatrix(tmp_path / "m.gguf")
     assert read_imatrix(path)["blk.0.ffn_up.weight"].tolist() == [1.0, 2.0, 3.0, 1.0]
 
 
 def test_damaged_imatrix_files_are_refused(tmp_path: Path) -> None:
     truncated = tmp_path / "t.dat"
-    _legacy(truncated, {"x": (1, [1.0, 2.0])})
+    legacy_imatrix(truncated, {"x": (1, [1.0, 2.0])})
     truncated.write_bytes(truncated.read_bytes()[:-3])
     with pytest.raises(ModelFileError, match="truncated"):
         read_imatrix(truncated)
