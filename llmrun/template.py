@@ -14,6 +14,7 @@ The prompt is always the real rendering; the marks only say who wrote what.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -202,6 +203,13 @@ def _environment() -> Any:
     return env
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str) -> Any:
+    """``template`` compiled in the sandbox, once: a prompt renders it once or twice (to tell user text
+    apart), and a chat every turn; a template that fails to compile is not kept."""
+    return _environment().from_string(template)
+
+
 def render_text(
     template: str,
     messages: Sequence[Message],
@@ -222,7 +230,7 @@ def render_text(
         messages = [*messages[:-1], _replace_content(last, last.content + _CONTINUE_TAG)]
     values = context.values(messages, transform)
     try:
-        compiled = _environment().from_string(template)
+        compiled = _compiled(template)
         started = time.monotonic()
         out: list[str] = []
         size = 0
@@ -447,7 +455,7 @@ def load_template(value: str) -> tuple[str, str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"cannot read the template {path}: {exc}", hint) from None
     try:
-        _environment().from_string(text)  # compiled, not only parsed: some errors show only then
+        _compiled(text)  # compiled, not only parsed: some errors show only then
     except Exception as exc:  # a syntax error: said now, not at the first message
         raise TemplateError(f"{path} is not a valid Jinja template: {exc}", "fix the file") from None
     return text, f"file {path}"
