@@ -119,7 +119,7 @@ def create_app(state: ServerState) -> FastAPI:
 
         served = state.served()
         longest = min((s.n_ctx for s in served), default=1)
-        return describe(state.names(), longest, __version__)
+        return describe(state.names(), api.Limits(max_tokens=longest, max_n=state.config.max_n), __version__)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

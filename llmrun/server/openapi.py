@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmrun.sampling import MAX_SEED
-from llmrun.server.openai_api import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS
+from llmrun.server.openai_api import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
 
 JSON = "application/json"
 Schema = dict[str, Any]
@@ -80,7 +80,7 @@ def _get(summary: str, ok: Schema, errors: dict[str, Any], media: str = JSON) ->
     }
 
 
-def _sampling(max_tokens: int, field: str) -> dict[str, Schema]:
+def _sampling(limits: Limits) -> dict[str, Schema]:
     return {
         "temperature": number(0, 2),
         "top_p": number(0, 1, exclusive_low=True),
@@ -90,7 +90,7 @@ def _sampling(max_tokens: int, field: str) -> dict[str, Schema]:
         "presence_penalty": number(-2, 2),
         "frequency_penalty": number(-2, 2),
         "seed": integer(0, MAX_SEED),
-        field: integer(1, max_tokens),
+        "max_tokens": integer(1, limits.max_tokens),
         "stop": nullable(
             {
                 "anyOf": [
@@ -103,7 +103,7 @@ def _sampling(max_tokens: int, field: str) -> dict[str, Schema]:
         "stream_options": nullable(
             closed({"include_usage": {"type": "boolean"}, "include_obfuscation": {"type": "boolean"}})
         ),
-        "n": integer(1, 8),
+        "n": integer(1, limits.max_n),
         "user": nullable({"type": "string"}),
     }
 
@@ -169,13 +169,13 @@ MESSAGES: Schema = {
 }
 
 
-def _chat_request(names: list[str], max_tokens: int) -> Schema:
+def _chat_request(names: list[str], limits: Limits) -> Schema:
     return closed(
         {
             "model": {"enum": names},
             "messages": MESSAGES,
-            **_sampling(max_tokens, "max_tokens"),
-            "max_completion_tokens": integer(1, max_tokens),
+            **_sampling(limits),
+            "max_completion_tokens": integer(1, limits.max_tokens),
             "logprobs": nullable({"type": "boolean"}),
             "top_logprobs": integer(0, MAX_TOP_LOGPROBS),
             "response_format": nullable(
@@ -214,7 +214,7 @@ def _chat_request(names: list[str], max_tokens: int) -> Schema:
     )
 
 
-def _completion_request(names: list[str], max_tokens: int) -> Schema:
+def _completion_request(names: list[str], limits: Limits) -> Schema:
     prompt = {
         "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 8}]
     }
@@ -222,7 +222,7 @@ def _completion_request(names: list[str], max_tokens: int) -> Schema:
         {
             "model": {"enum": names},
             "prompt": prompt,
-            **_sampling(max_tokens, "max_tokens"),
+            **_sampling(limits),
             "logprobs": integer(0, MAX_TOP_LOGPROBS),
             "echo": nullable({"type": "boolean", "const": False}),
             "suffix": nullable({"type": "string", "maxLength": 0}),
@@ -320,8 +320,8 @@ def _ollama(names: list[str]) -> dict[str, Any]:
     }
 
 
-def describe(names: Sequence[str], max_tokens: int, version: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 description of the routes, for the models ``names`` (answers up to ``max_tokens``)."""
+def describe(names: Sequence[str], limits: Limits, version: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the routes, for the models ``names`` within the server's ``limits``."""
     served = list(names)
     openai_errors = _errors(OPENAI_ERROR, (400, 404, 413, 503))
     models = {
@@ -346,11 +346,11 @@ def describe(names: Sequence[str], max_tokens: int, version: str) -> dict[str, A
             }
         },
         "/v1/chat/completions": _post(
-            "OpenAI: a chat completion", _chat_request(served, max_tokens), _ok(CHAT_OK, EVENTS), openai_errors
+            "OpenAI: a chat completion", _chat_request(served, limits), _ok(CHAT_OK, EVENTS), openai_errors
         ),
         "/v1/completions": _post(
             "OpenAI: a text completion",
-            _completion_request(served, max_tokens),
+            _completion_request(served, limits),
             _ok(COMPLETION_OK, EVENTS),
             openai_errors,
         ),
