@@ -84,6 +84,10 @@ class Segment:
     special: bool  # may this text contain special tokens (template text) or not (a marked user string)
 
 
+# the variables llmrun itself gives every template (extra ones may not replace them)
+OWN_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"})
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a template is rendered with, besides the messages: transformers' variables."""

@@ -20,7 +20,7 @@ from llmrun.errors import InvalidParameter
 from llmrun.sampling import SamplingParams
 from llmrun.server.errors import ApiError, bad_field, worded
 from llmrun.server.openai_tools import parse_response_format, parse_tool_calls, parse_tools, tool_calls_json
-from llmrun.template import Message
+from llmrun.template import OWN_VARIABLES, Message
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -299,14 +299,13 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
 
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
-RESERVED_VARIABLES = {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"}
 
 
 def template_variables(body: dict[str, Any]) -> tuple[bool | None, dict[str, Any]]:
     """``chat_template_kwargs`` (vLLM's and llama-server's: extra chat-template variables, such as
     ``enable_thinking``) and ``reasoning_effort`` (a template variable; ``none`` turns reasoning off)."""
     kwargs = dict(_typed(body, "chat_template_kwargs", dict, "an object") or {})
-    reserved = sorted(RESERVED_VARIABLES & set(kwargs))
+    reserved = sorted(OWN_VARIABLES & set(kwargs))
     if reserved:
         raise bad_field("chat_template_kwargs", f"chat_template_kwargs cannot set {reserved[0]}: llmrun sets it")
     effort = _typed(body, "reasoning_effort", str, "a string")

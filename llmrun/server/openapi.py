@@ -13,6 +13,7 @@ from typing import Any
 
 from llmrun.sampling import MAX_SEED
 from llmrun.server.openai_api import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
+from llmrun.template import OWN_VARIABLES
 
 JSON = "application/json"
 Schema = dict[str, Any]
@@ -192,18 +193,7 @@ def _chat_request(names: list[str], limits: Limits) -> Schema:
             "chat_template_kwargs": nullable(
                 {
                     "type": "object",
-                    "propertyNames": {
-                        "not": {
-                            "enum": [
-                                "messages",
-                                "tools",
-                                "documents",
-                                "add_generation_prompt",
-                                "bos_token",
-                                "eos_token",
-                            ]
-                        }
-                    },
+                    "propertyNames": {"not": {"enum": sorted(OWN_VARIABLES)}},
                 }
             ),
             "reasoning_effort": nullable({"enum": list(REASONING_EFFORTS)}),
