@@ -91,6 +91,8 @@ class GenerationStats:
     stop_string: str | None = None
     cached_tokens: int = 0  # prompt tokens whose KV cells were kept from an earlier request, not evaluated
     valid: bool | None = None  # constrained output: whether the text is complete under its format
+    drafted: int = 0  # speculative decoding: tokens proposed by the draft
+    accepted: int = 0  # … and those the model kept
 
     @property
     def prompt_tps(self) -> float:

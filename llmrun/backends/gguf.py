@@ -19,11 +19,13 @@ from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, Lo
 from llmrun.errors import BackendError, ContextFull
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
+from llmrun.speculative import Draft, Gate
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from llmrun.backends.gguf_spec import ModelDrafter
     from llmrun.structured.grammar import Constraint
 
 
@@ -112,6 +114,19 @@ class GgufModel:
         self.path = path
         self.n_ctx = params.n_ctx
         self._grammar_tokenizer: Any = None
+        self.draft = Draft()  # speculative decoding (see use_draft)
+        self.draft_model_drafter: ModelDrafter | None = None
+
+    def use_draft(self, draft: Draft, draft_model: GgufModel | None = None) -> None:
+        """Decode speculatively from now on: ``draft`` says how (``draft_model``: loaded, for mode ``model``;
+        its vocabulary is checked against this model's, a mismatch is one clear error)."""
+        from llmrun.backends.gguf_spec import ModelDrafter, check_vocabulary
+
+        if draft.mode == "model":
+            assert draft_model is not None and draft.model is not None
+            check_vocabulary(self, draft_model, draft.model)
+            self.draft_model_drafter = ModelDrafter(draft_model)
+        self.draft = draft
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -167,6 +182,21 @@ class GgufModel:
     def stream(
         self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
     ) -> Iterator[Token | Done]:
+        if self.draft.on:
+            from llmrun.backends.gguf_spec import drafter_for, speculative_stream
+
+            gate = Gate() if self.draft.mode == "auto" else None
+            yield from speculative_stream(
+                self,
+                ids,
+                params,
+                drafter_for(self),
+                self.draft.tokens,
+                gate=gate,
+                logprobs=logprobs,
+                constraint=constraint,
+            )
+            return
         seed = params.run_seed()
         self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
@@ -268,6 +298,9 @@ class GgufModel:
             self.reset()
 
     def close(self) -> None:
+        if self.draft_model_drafter is not None:
+            self.draft_model_drafter.close()
+            self.draft_model_drafter = None
         with contextlib.suppress(Exception):
             self.llama.close()
 
