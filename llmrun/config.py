@@ -93,6 +93,7 @@ class ModelEntry:
     mlx: dict[str, str] = field(default_factory=dict)  # bits ("4", "8") -> repo
     context: int | None = None
     template: str | None = None
+    draft: str | None = None  # speculative decoding: off, ngram, auto or a draft model's name
     defaults: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
     source: Path | None = None
 
@@ -118,6 +119,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "mlx": dict,
     "context": int,
     "template": str,
+    "draft": str,
     "defaults": dict,
 }
 _GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
@@ -219,6 +221,7 @@ class _Validator:
             mlx={str(k): v for k, v in mlx.items()},
             context=context,
             template=table.get("template"),
+            draft=table.get("draft"),
             defaults=defaults,
             source=self.path,
         )

@@ -73,6 +73,7 @@ class Assembler:
         self._parts: list[str] = []
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = 0  # set by a decoder that kept some of the prompt's KV cells
+        self.drafted = self.accepted = 0  # set by a decoder that drafts (speculative decoding)
         self.seed = seed
         self.generated = 0
         self.finish: FinishReason | None = None
@@ -136,6 +137,8 @@ class Assembler:
             stop_string=self._stops.stopped_by,
             cached_tokens=self.cached_tokens,
             valid=self._valid(),
+            drafted=self.drafted,
+            accepted=self.accepted,
         )
         return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
 

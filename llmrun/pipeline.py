@@ -27,6 +27,7 @@ from llmrun.mlx_header import read_mlx_header
 from llmrun.refs import ModelRef
 from llmrun.resolve import ResolvedModel, resolve
 from llmrun.sampling import SamplingParams, merge_layers
+from llmrun.speculative import Draft
 from llmrun.store import Progress
 from llmrun.template import Context, Message, attribute, contains, mark, render_text, special_pattern
 
@@ -88,6 +89,8 @@ class RunPlan:
     sources: dict[str, str]  # field name -> where its value came from
     memory: MemoryPlan
     warnings: tuple[str, ...]
+    draft: Draft = Draft()  # speculative decoding
+    draft_model: ResolvedModel | None = None  # the draft model, located (mode ``model``)
 
     @property
     def system(self) -> str | None:
@@ -104,6 +107,10 @@ class RunPlan:
         names += ["max_kv_size"] if self.backend == "mlx" else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
+        source = self.sources.get("draft", "default")
+        rows.append(("draft", self.draft.value, source))
+        if self.draft.on:
+            rows.append(("draft_tokens", self.draft.tokens, source))
         return rows
 
 
@@ -120,10 +127,12 @@ def plan_run(
     backend: str = "auto",
     here: Platform | None = None,
     context_cap: int | None = None,
+    draft: Draft | None = None,
 ) -> RunPlan:
     """Everything a run needs before loading: the model located, its settings merged by layer
     (default, models.toml, command line), and warnings. Without ``n_ctx`` the context is the
-    trained length, at most 4096 (or ``context_cap``)."""
+    trained length, at most 4096 (or ``context_cap``). ``draft`` (from the command line) turns speculative
+    decoding on or off, over the model's models.toml ``draft``."""
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
     merge_layers(
@@ -177,6 +186,10 @@ def plan_run(
             geom,
             quantized_on_cpu=on_cpu and header.metadata.get("mlx.quantization.bits") is not None,
         )
+    chosen_draft, draft_source = _draft_setting(draft, entry.draft if entry else None)
+    draft_model = None
+    if chosen_draft.model:
+        draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)
     memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
     available = available_memory()
@@ -198,10 +211,37 @@ def plan_run(
         header,
         load,
         sampling,
-        {**sources, **load_sources},
+        {**sources, **load_sources, "draft": draft_source},
         memory,
         tuple(warnings),
+        chosen_draft,
+        draft_model,
     )
+
+
+def _draft_setting(command_line: Draft | None, toml: str | None) -> tuple[Draft, str]:
+    """The draft setting and where it came from: the command line, else models.toml, else off."""
+    if command_line is not None:
+        return command_line, COMMAND_LINE
+    if toml:
+        try:
+            return Draft.parse(toml), "models.toml"
+        except LlmrunError as exc:
+            raise UsageError(f"models.toml: `draft` {toml!r}: {exc.message}", "use off, ngram, auto or a model") from exc
+    return Draft(), "default"
+
+
+def _locate_draft(
+    registry: Registry, name: str, progress: Progress | None, target: Choice, here: Platform | None
+) -> ResolvedModel:
+    """The draft model, in the form the target's backend runs (speculation happens inside one backend)."""
+    located = locate(registry, name, progress, target.backend, here)
+    if located.backend.backend != target.backend:
+        raise UsageError(
+            f"the draft model {name} runs on {located.backend.backend}, the model on {target.backend}",
+            "use a draft model in the same format as the model",
+        )
+    return located.model
 
 
 def mlx_warnings(
@@ -256,7 +296,30 @@ def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, f
 
 
 def load(run_plan: RunPlan) -> LoadedModel:
-    return backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
+    """The plan's model, loaded, with its draft (speculative decoding) attached."""
+    backend = backends.get(run_plan.backend)
+    model = backend.load(run_plan.model.path, run_plan.load)
+    if not run_plan.draft.on:
+        return model
+    use_draft = getattr(model, "use_draft", None)
+    try:
+        if use_draft is None:
+            raise UsageError(
+                f"the {run_plan.backend} backend does not decode speculatively", "drop `draft` for this model"
+            )
+        drafter = None
+        if run_plan.draft_model is not None:
+            drafter = backend.load(run_plan.draft_model.path, run_plan.load)
+        try:
+            use_draft(run_plan.draft, drafter)
+        except BaseException:
+            if drafter is not None:
+                drafter.close()
+            raise
+    except BaseException:
+        model.close()
+        raise
+    return model
 
 
 def load_vocabulary(path: Path, params: LoadParams, backend: str = "gguf") -> LoadedModel:

@@ -68,12 +68,10 @@ class Draft:
     def on(self) -> bool:
         return self.mode != "off"
 
-    def describe(self) -> str:
-        if self.mode == "model":
-            return f"draft model {self.model}, up to {self.tokens} tokens a step"
-        if self.mode == "off":
-            return "off"
-        return f"{self.mode} (prompt lookup), up to {self.tokens} tokens a step"
+    @property
+    def value(self) -> str:
+        """As ``--draft`` spells it: off, ngram, auto, or the draft model."""
+        return self.model if self.mode == "model" and self.model else self.mode
 
 
 class Drafter(Protocol):

@@ -31,6 +31,7 @@ from llmrun.backends.gguf import sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
 from llmrun.memory import N_BATCH
+from llmrun.speculative import Gate, PromptLookup, Tally
 from llmrun.tokens import common_prefix, reusable
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class _Slot:
     sample_at: int | None = None  # batch index whose logits this slot samples from
     logprobs: int = 0  # alternatives to report with each token
     cached: list[int] = field(default_factory=list)  # the tokens in this sequence's KV cells, from position 0
+    lookup: PromptLookup | None = None  # speculative decoding: this sequence's drafter
+    gate: Gate | None = None  # … paused while its drafts are refused (auto)
+    drafts: list[int] = field(default_factory=list)  # this step's draft, after ``last``
+    tally: Tally = field(default_factory=Tally)
+    shown: list[Token] = field(default_factory=list)  # this step's tokens to report
 
 
 def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
@@ -113,6 +119,9 @@ class BatchDecoder:
         self._n_vocab = int(model.llama.n_vocab())
         self._n_swa = int(llama_cpp.llama_model_n_swa(model.llama._model.model))
         self.reuse_prefix = reuse_prefix
+        # speculative decoding: each sequence drafts by prompt lookup (a draft model drafts for one
+        # sequence at a time: requests that are batched do not use it)
+        self._draft = model.draft if model.draft.mode in ("ngram", "auto") else None
 
     @property
     def free(self) -> int:
@@ -138,6 +147,9 @@ class BatchDecoder:
         sampler = sampler_chain(request.params, seed or 0, self._n_vocab, window)
         pending = list(request.ids[reused:])
         slot = _Slot(seq, request, sampler, assembler, pending, reused, logprobs=logprobs, cached=self._kept[seq])
+        if self._draft is not None:
+            slot.lookup = PromptLookup()
+            slot.gate = Gate() if self._draft.mode == "auto" else None
         self._slots[seq] = slot
         return None
 
@@ -166,24 +178,78 @@ class BatchDecoder:
     def step(self) -> list[tuple[int, Token | Done]]:
         """One forward pass: each sequence's next token (when it shows text) and the Done of each that ended."""
         events: list[tuple[int, Token | Done]] = []
+        self._draw_up()
         _fill(self._batch.batch, self._slots)
         self._ctx.decode(self._batch)
         for seq, slot in enumerate(self._slots):
             if slot is None or slot.sample_at is None:
                 continue
-            constraint = slot.assembler.constraint
-            if constraint is not None:  # llama.cpp's sampler reads the logits we mask in place
-                constraint.mask(self._logits(slot.sample_at))
-            token_id = slot.sampler.sample(self._ctx, slot.sample_at)
-            if constraint is not None:
-                constraint.accept(token_id)
-            token = slot.assembler.push(token_id, self._scorer(slot) if slot.logprobs else None)
-            slot.last = token_id
-            if token is not None:
-                events.append((slot.request.index, token))
+            first, drafts = slot.sample_at, slot.drafts
+            kept = 0
+            for row in range(first, first + len(drafts) + 1):
+                slot.sample_at = row
+                token_id = self._sample(slot)
+                if slot.assembler.finish is not None or row == first + len(drafts) or token_id != drafts[row - first]:
+                    break
+                kept += 1
+            if drafts:
+                self._keep_draft(slot, kept)
+            events += [(slot.request.index, token) for token in slot.shown]
+            slot.shown = []
             if slot.assembler.finish is not None:
                 events += self._finish(seq)
         return events
+
+    def _sample(self, slot: _Slot) -> int:
+        """The slot's token from the logits at its ``sample_at`` row, accounted for (shown tokens kept in ``shown``)."""
+        assert slot.sample_at is not None
+        constraint = slot.assembler.constraint
+        if constraint is not None:  # llama.cpp's sampler reads the logits we mask in place
+            constraint.mask(self._logits(slot.sample_at))
+        token_id = int(slot.sampler.sample(self._ctx, slot.sample_at))
+        if constraint is not None:
+            constraint.accept(token_id)
+        token = slot.assembler.push(token_id, self._scorer(slot) if slot.logprobs else None)
+        slot.last = token_id
+        if token is not None:
+            slot.shown.append(token)
+        return token_id
+
+    def _draw_up(self) -> None:
+        """Speculative decoding: each generating sequence's draft for this step (prompt lookup over its
+        prompt and answer so far), within its context, its token budget and the batch."""
+        active = sum(1 for slot in self._slots if slot is not None)
+        room_in_batch = N_BATCH - active
+        # auto: with two sequences or more the batch already shares each weight read, and on a CPU the
+        # drafted positions cost more than they save (benchmarks/bench_spec.py); ngram drafts regardless
+        if self._draft is not None and self._draft.mode == "auto" and active > 1:
+            room_in_batch = 0
+        for slot in self._slots:
+            if slot is None:
+                continue
+            slot.drafts = []
+            if slot.lookup is None or slot.pending or slot.last is None or room_in_batch <= 0:
+                continue
+            assert self._draft is not None
+            a = slot.assembler
+            room = min(self._draft.tokens, self.n_ctx_seq - slot.pos - 2, a.limit - a.generated - 1, room_in_batch)
+            if room <= 0 or (slot.gate is not None and not slot.gate.open()):
+                continue
+            slot.drafts = slot.lookup.propose([*slot.cached[: slot.pos], slot.last], room)[:room]
+            room_in_batch -= len(slot.drafts)
+
+    def _keep_draft(self, slot: _Slot, kept: int) -> None:
+        """Drop the cells of the drafted tokens the model refused (the step put ``last`` and the draft in)."""
+        drafted = len(slot.drafts)
+        slot.tally.record(drafted, kept)
+        if slot.gate is not None:
+            slot.gate.record(drafted, kept)
+        refused = drafted - kept
+        if refused:
+            slot.pos -= refused
+            del slot.cached[slot.pos :]
+            self._ctx.kv_cache_seq_rm(slot.seq, slot.pos, -1)
+        slot.assembler.drafted, slot.assembler.accepted = slot.tally.drafted, slot.tally.accepted
 
     def cancel(self, index: int) -> Done | None:
         """End the sequence of request ``index`` now (its text so far); None when it is not running."""
@@ -232,11 +298,12 @@ def _fill(b: Any, slots: list[_Slot | None]) -> None:
     n = 0
     for slot in slots:
         if slot is not None and not slot.pending and slot.last is not None:
-            _put(b, n, slot.last, slot.pos, slot.seq, True)
-            slot.cached.append(slot.last)
             slot.sample_at = n
-            slot.pos += 1
-            n += 1
+            for token in (slot.last, *slot.drafts):  # the next token, then its draft (speculative decoding)
+                _put(b, n, token, slot.pos, slot.seq, True)
+                slot.cached.append(token)
+                slot.pos += 1
+                n += 1
         elif slot is not None:
             slot.sample_at = None
     for slot in slots:

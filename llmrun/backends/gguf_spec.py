@@ -57,9 +57,11 @@ def _decode_all(llama: Any, tokens: Sequence[int]) -> None:
 
 
 class _Position:
-    """The batch row the latest token was sampled from (-1: the prefill's last), for its log-probability."""
+    """The batch row the latest token was sampled from (-1: the prefill's last), for its log-probability;
+    and how many prompt tokens the KV cache already held."""
 
     row = -1
+    cached = 0
 
 
 def speculative_stream(
@@ -78,7 +80,6 @@ def speculative_stream(
     tally = Tally()
     position = _Position()
     budget, _ = token_budget(len(ids), model.n_ctx, params)  # raises ContextFull before any work
-    cached = prefill(model.llama, ids)
     sampled = _sampled(model, ids, params, seed, drafter, draft_tokens, gate, tally, position, budget, constraint)
     scorer = None
     if logprobs > 0:
@@ -92,11 +93,12 @@ def speculative_stream(
         params=params,
         seed=seed,
         score=scorer,
-        cached_tokens=cached,
         constraint=constraint,
     ):
         if isinstance(event, Done):
-            stats = dataclasses.replace(event.stats, drafted=tally.drafted, accepted=tally.accepted)
+            stats = dataclasses.replace(
+                event.stats, cached_tokens=position.cached, drafted=tally.drafted, accepted=tally.accepted
+            )
             event = Done(event.text, stats)
         yield event
 
@@ -126,7 +128,8 @@ def _sampled(
     budget: int,
     constraint: Constraint | None,
 ) -> Iterator[int]:
-    """The target's sampled tokens, checking a draft at every step; the prompt is already evaluated."""
+    """The target's sampled tokens (the prompt evaluated first, inside the assembler's clock), checking a
+    draft at every step."""
     from llmrun.backends.gguf import sampler_chain
 
     llama = model.llama
@@ -146,6 +149,7 @@ def _sampled(
         return token
 
     try:
+        position.cached = prefill(llama, ids)
         token = sample(-1)
         history = [*ids, token]
         produced = 1

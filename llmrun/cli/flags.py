@@ -32,6 +32,8 @@ FLAGS = {
     "parallel": "--parallel",
     "force": "--force",
     "raw": "--raw",
+    "draft": "--draft",
+    "draft_tokens": "--draft-tokens",
     # everywhere
     "debug": "--debug",
     "offline": "--offline",

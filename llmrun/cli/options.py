@@ -17,6 +17,7 @@ import typer
 from llmrun.cli.flags import FLAGS
 from llmrun.errors import UsageError
 from llmrun.sampling import DEFAULTS, SamplingParams
+from llmrun.speculative import DEFAULT_DRAFT_TOKENS, Draft
 
 if TYPE_CHECKING:
     from llmrun.structured import Format
@@ -230,6 +231,39 @@ def load_values(
         "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
         "max_kv_size": max_kv_size,
     }
+
+
+SPECULATION = "Speculative decoding"
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--draft",
+        help="Draft tokens for the model to check several at a time: ngram (copy from the prompt and the text "
+        "so far: quotes, edits, RAG answers), auto (ngram, paused while its drafts are refused), "
+        "a small model with the same vocabulary (a name or a file), or off. Output is the same as without. "
+        "Default: the model's models.toml `draft`, else off.",
+        rich_help_panel=SPECULATION,
+        show_default=False,
+    ),
+]
+DraftTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--draft-tokens",
+        help=f"With --draft: at most K tokens drafted a step. Default: {DEFAULT_DRAFT_TOKENS}.",
+        rich_help_panel=SPECULATION,
+        show_default=False,
+    ),
+]
+
+
+def draft_choice(draft: str | None, draft_tokens: int | None) -> Draft | None:
+    """``--draft`` and ``--draft-tokens`` (None: not given, the model's own setting applies)."""
+    if draft is None:
+        if draft_tokens is not None:
+            raise UsageError("--draft-tokens goes with --draft", "add --draft ngram (or auto, or a draft model)")
+        return None
+    return Draft.parse(draft, draft_tokens)
 
 
 ForceOpt = Annotated[

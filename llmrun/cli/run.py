@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from llmrun.engine import Result
     from llmrun.pipeline import RunPlan
     from llmrun.rag.store import Hit
+    from llmrun.speculative import Draft
     from llmrun.structured import Format
 
 
@@ -73,6 +74,8 @@ def run(
     backend: o.BackendOpt = "auto",
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
+    draft: o.DraftOpt = None,
+    draft_tokens: o.DraftTokensOpt = None,
     force: o.ForceOpt = False,
     stats: o.StatsOpt = False,
     json_output: o.JsonOpt = False,
@@ -138,7 +141,7 @@ def run(
     if show_context and not rag:
         raise UsageError("--show-context goes with --rag", "add --rag COLLECTION")
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
-    run_plan = plan(model, flags, load_flags, force, backend)
+    run_plan = plan(model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens))
     if show_params:
         _show_params(run_plan, system, raw)
         if not text.strip():
@@ -159,6 +162,7 @@ def plan(
     force: bool,
     backend: str = "auto",
     context_cap: int | None = None,
+    draft: Draft | None = None,
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import render
@@ -179,6 +183,7 @@ def plan(
             progress=progress,
             backend=backend,
             context_cap=context_cap,
+            draft=draft,
         )
     for warning in run_plan.warnings:
         render.warn(warning)
@@ -357,6 +362,17 @@ def _report(run_plan: RunPlan, result: Result, load_seconds: float, peak: int, t
     }
 
 
+def _draft_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Speculative decoding's line in --stats: how much was drafted and kept (when it was on)."""
+    if report["params"].get("draft", "off") == "off":
+        return []
+    n = report["tokens"]
+    if not n["drafted"]:
+        return [("drafted", "nothing (no draft found)")]
+    share = n["accepted"] / n["drafted"]
+    return [("drafted", f"{n['drafted']} tokens, {n['accepted']} accepted ({share:.0%})")]
+
+
 def _print_stats(report: dict[str, Any]) -> None:
     from llmrun.cli import render
     from llmrun.memory import format_bytes
@@ -372,6 +388,7 @@ def _print_stats(report: dict[str, Any]) -> None:
         ("generated", f"{n['generated']} tokens, {t['generation_tokens_per_s']:.1f} tok/s"),
         ("stop reason", stop),
         ("seed", "greedy" if report["seed"] is None else report["seed"]),
+        *_draft_rows(report),
         ("peak memory", format_bytes(report["peak_memory_bytes"])),
     ]
     render.table("", ["stat", "value"], rows, header=False)

@@ -55,6 +55,8 @@ class Result:
     content: str | None = None  # with tools: the text besides the calls (None: only calls)
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None  # a reasoning model's reasoning, apart from ``text`` (None: it did not reason)
+    drafted: int = 0  # speculative decoding: tokens the draft proposed
+    accepted: int = 0  # … and those the model kept
 
     @classmethod
     def of(
@@ -80,6 +82,8 @@ class Result:
             cached_tokens=s.cached_tokens,
             structured=response_format.kind if response_format is not None else None,
             valid=bool(s.valid) if response_format is not None else None,
+            drafted=s.drafted,
+            accepted=s.accepted,
         )
 
     @property
@@ -93,7 +97,13 @@ class Result:
         data: dict[str, Any] = {
             "text": self.text,
             "prompt_format": self.prompt_format,
-            "tokens": {"prompt": self.prompt_tokens, "cached": self.cached_tokens, "generated": self.generated_tokens},
+            "tokens": {
+                "prompt": self.prompt_tokens,
+                "cached": self.cached_tokens,
+                "generated": self.generated_tokens,
+                "drafted": self.drafted,
+                "accepted": self.accepted,
+            },
             "timings": {
                 "time_to_first_token_s": round(self.time_to_first_token_s, 4),
                 "prompt_tokens_per_s": round(self.prompt_tokens_per_s, 2),
