@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmrun.backends.base import LoadedModel, evaluating, with_logits
+from llmrun.backends.base import Done, LoadedModel, evaluating, with_logits
 
 TEXT = (
     "The history of the printing press begins in the fifteenth century, when movable type changed how "
@@ -40,6 +40,27 @@ class BenchResult:
     tg_tps: Spread
     ttft_s: Spread
     rss_bytes: int  # largest resident memory seen while the model ran
+    speculative: Speculative | None = None  # with a draft: greedy generation with and without it
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    """Greedy generation through the model's stream, drafting off and on in alternation, on the same prompt."""
+
+    draft: str  # as --draft spells it
+    plain_tps: Spread
+    draft_tps: Spread
+    drafted: int  # over the timed repetitions
+    accepted: int
+    same_output: bool  # every drafted run produced the plain run's tokens
+
+    @property
+    def speedup(self) -> float:
+        return self.draft_tps.median / self.plain_tps.median if self.plain_tps.median else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
 
 def prompt_tokens(model: LoadedModel, n: int) -> list[int]:
@@ -78,4 +99,38 @@ def run(
         if progress:
             progress(index)
     stepper.reset()
-    return BenchResult(len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak)
+    speculative = _speculative(model, prompt, n_gen, repetitions) if getattr(model, "draft", None) else None
+    return BenchResult(
+        len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak, speculative
+    )
+
+
+def _speculative(model: LoadedModel, prompt: list[int], n_gen: int, repetitions: int) -> Speculative | None:
+    """The model's draft against none: ``n_gen`` greedy tokens after ``prompt``, alternating, medians."""
+    from llmrun.sampling import SamplingParams
+    from llmrun.speculative import Draft
+
+    draft = model.draft  # type: ignore[attr-defined]
+    if not draft.on:
+        return None
+    params = SamplingParams(temperature=0.0, max_tokens=n_gen)
+    plain: list[float] = []
+    drafted: list[float] = []
+    drafted_n = accepted_n = 0
+    same = True
+    try:
+        for index in range(repetitions + 1):
+            outputs = []
+            for setting in (Draft(), draft):
+                model.use_draft(setting)  # type: ignore[attr-defined]
+                model.reset()  # type: ignore[attr-defined]
+                done = next(e for e in model.stream(prompt, params) if isinstance(e, Done))
+                outputs.append(done.text)
+                if index:
+                    (drafted if setting.on else plain).append(done.stats.generation_tps)
+                    drafted_n += done.stats.drafted
+                    accepted_n += done.stats.accepted
+            same = same and outputs[0] == outputs[1]
+    finally:
+        model.use_draft(draft)  # type: ignore[attr-defined]
+    return Speculative(draft.value, Spread.of(plain), Spread.of(drafted), drafted_n, accepted_n, same)

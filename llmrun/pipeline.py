@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,7 +89,7 @@ class RunPlan:
     sources: dict[str, str]  # field name -> where its value came from
     memory: MemoryPlan
     warnings: tuple[str, ...]
-    draft: Draft = Draft()  # speculative decoding
+    draft: Draft = field(default_factory=Draft)  # speculative decoding
     draft_model: ResolvedModel | None = None  # the draft model, located (mode ``model``)
 
     @property
@@ -224,10 +224,7 @@ def _draft_setting(command_line: Draft | None, toml: str | None) -> tuple[Draft,
     if command_line is not None:
         return command_line, COMMAND_LINE
     if toml:
-        try:
-            return Draft.parse(toml), "models.toml"
-        except LlmrunError as exc:
-            raise UsageError(f"models.toml: `draft` {toml!r}: {exc.message}", "use off, ngram, auto or a model") from exc
+        return Draft.parse(toml), "models.toml"
     return Draft(), "default"
 
 
@@ -297,29 +294,31 @@ def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, f
 
 def load(run_plan: RunPlan) -> LoadedModel:
     """The plan's model, loaded, with its draft (speculative decoding) attached."""
-    backend = backends.get(run_plan.backend)
-    model = backend.load(run_plan.model.path, run_plan.load)
-    if not run_plan.draft.on:
-        return model
-    use_draft = getattr(model, "use_draft", None)
+    model = backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
+    draft_path = run_plan.draft_model.path if run_plan.draft_model is not None else None
     try:
-        if use_draft is None:
-            raise UsageError(
-                f"the {run_plan.backend} backend does not decode speculatively", "drop `draft` for this model"
-            )
-        drafter = None
-        if run_plan.draft_model is not None:
-            drafter = backend.load(run_plan.draft_model.path, run_plan.load)
-        try:
-            use_draft(run_plan.draft, drafter)
-        except BaseException:
-            if drafter is not None:
-                drafter.close()
-            raise
+        attach_draft(model, run_plan.backend, run_plan.load, run_plan.draft, draft_path)
     except BaseException:
         model.close()
         raise
     return model
+
+
+def attach_draft(model: LoadedModel, backend: str, params: LoadParams, draft: Draft, draft_path: Path | None) -> None:
+    """Turn speculative decoding on for a loaded model (the draft model loaded with the same settings);
+    one line when its backend cannot, or the draft model does not fit it."""
+    if not draft.on:
+        return
+    use_draft = getattr(model, "use_draft", None)
+    if use_draft is None:
+        raise UsageError(f"the {backend} backend does not decode speculatively", "drop `draft` for this model")
+    drafter = backends.get(backend).load(draft_path, params) if draft_path is not None else None
+    try:
+        use_draft(draft, drafter)
+    except BaseException:
+        if drafter is not None:
+            drafter.close()
+        raise
 
 
 def load_vocabulary(path: Path, params: LoadParams, backend: str = "gguf") -> LoadedModel:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
-from llmrun.errors import BackendError, ContextFull
+from llmrun.errors import BackendError, ContextFull, UsageError
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
 from llmrun.speculative import Draft, Gate
@@ -118,14 +118,18 @@ class GgufModel:
         self.draft_model_drafter: ModelDrafter | None = None
 
     def use_draft(self, draft: Draft, draft_model: GgufModel | None = None) -> None:
-        """Decode speculatively from now on: ``draft`` says how (``draft_model``: loaded, for mode ``model``;
-        its vocabulary is checked against this model's, a mismatch is one clear error)."""
+        """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
+        its vocabulary is checked against this model's, and a mismatch is one clear error)."""
         from llmrun.backends.gguf_spec import ModelDrafter, check_vocabulary
 
-        if draft.mode == "model":
-            assert draft_model is not None and draft.model is not None
+        if draft_model is not None:
+            assert draft.model is not None
             check_vocabulary(self, draft_model, draft.model)
+            if self.draft_model_drafter is not None:
+                self.draft_model_drafter.close()
             self.draft_model_drafter = ModelDrafter(draft_model)
+        if draft.mode == "model" and self.draft_model_drafter is None:
+            raise UsageError(f"draft model {draft.model} is not loaded", "pass it with `draft`")
         self.draft = draft
 
     # --- tokens ---------------------------------------------------------------

@@ -215,9 +215,7 @@ def check_vocabulary(target: GgufModel, draft: GgufModel, draft_name: str) -> No
     n_target, n_draft = int(target.llama.n_vocab()), int(draft.llama.n_vocab())
     hint = "use a draft model of the same family (a smaller quant of the same model, or a smaller sibling)"
     if abs(n_target - n_draft) > 128:
-        raise UsageError(
-            f"draft model {draft_name} has a vocabulary of {n_draft} tokens, the model {n_target}", hint
-        )
+        raise UsageError(f"draft model {draft_name} has a vocabulary of {n_draft} tokens, the model {n_target}", hint)
     if (target.bos_id, target.eos_id) != (draft.bos_id, draft.eos_id):
         raise UsageError(f"draft model {draft_name} has different start and end tokens from the model", hint)
     shared = min(n_target, n_draft)

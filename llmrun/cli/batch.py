@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from llmrun.batchio import Item, OrderedWriter
     from llmrun.engine import Engine, LoadedEntry, Request
     from llmrun.pipeline import RunPlan
+    from llmrun.speculative import Draft
     from llmrun.structured import Format
 
 BATCH_CONTEXT = 2048  # per sequence, unless --ctx (at most the model's trained length)
@@ -58,6 +59,8 @@ def batch(
         ),
     ] = None,
     threads: o.ThreadsOpt = None,
+    draft: o.DraftOpt = None,
+    draft_tokens: o.DraftTokensOpt = None,
     force: o.ForceOpt = False,
     answer_format: o.FormatOpt = None,
     schema: o.SchemaOpt = None,
@@ -105,7 +108,7 @@ def batch(
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
     load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}
-    run_plan = plan(model, flags, load_flags, force, context_cap=BATCH_CONTEXT)
+    run_plan = plan(model, flags, load_flags, force, context_cap=BATCH_CONTEXT, draft=batch_draft(draft, draft_tokens))
     if run_plan.backend == "mlx" and parallel > 1:
         render.note("the MLX backend answers batch prompts one after another (--parallel 1)")
         parallel = 1
@@ -118,6 +121,17 @@ def batch(
     finally:
         if output is not None:
             handle.close()
+
+
+def batch_draft(draft: str | None, draft_tokens: int | None) -> Draft | None:
+    """``--draft`` for many sequences at once: prompt lookup (a draft model drafts for one sequence)."""
+    chosen = o.draft_choice(draft, draft_tokens)
+    if chosen is not None and chosen.mode == "model":
+        raise UsageError(
+            "--draft MODEL drafts for one sequence at a time, and batch decodes many together",
+            "use --draft ngram or --draft auto (prompt lookup, per sequence)",
+        )
+    return chosen
 
 
 def _read(source: str) -> list[str]:

@@ -30,6 +30,8 @@ def bench(
         str, typer.Option("--kv-type", help=f"KV cache types, comma separated ({', '.join(KV_TYPES)}).")
     ] = "f16",
     threads: o.ThreadsOpt = None,
+    draft: o.DraftOpt = None,
+    draft_tokens: o.DraftTokensOpt = None,
     json_output: o.JsonOpt = False,
     csv_output: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
@@ -44,12 +46,13 @@ def bench(
     from llmrun.backends.select import BACKEND_CHOICES
     from llmrun.cli import render
     from llmrun.config import load_registry
-    from llmrun.pipeline import load_defaults, locate
+    from llmrun.pipeline import attach_draft, load_defaults, locate
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
     backend_names = _choices(backend, BACKEND_CHOICES, "--backend")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
+    chosen_draft = o.draft_choice(draft, draft_tokens)
     registry = load_registry()
     defaults = load_defaults()
     rows: list[dict[str, Any]] = []
@@ -69,6 +72,12 @@ def bench(
                 with render.status(f"Loading {label}…") as spinner:
                     loaded = backends.get(backend_name).load(located.model.path, params)
                     try:
+                        if chosen_draft is not None and chosen_draft.on:
+                            spinner.update(f"Loading the draft for {label}…")
+                            draft_path = None
+                            if chosen_draft.model:
+                                draft_path = locate(registry, chosen_draft.model, backend=backend_name).model.path
+                            attach_draft(loaded, backend_name, params, chosen_draft, draft_path)
                         result = benchmark.run(
                             loaded,
                             n_prompt,
@@ -105,7 +114,7 @@ def _choices(value: str, allowed: tuple[str, ...], flag: str) -> list[str]:
 
 
 def _row(model: str, backend: str, kv: str, threads: int, result: Any) -> dict[str, Any]:
-    return {
+    row = {
         "model": model,
         "backend": backend,
         "kv_type": kv,
@@ -121,6 +130,19 @@ def _row(model: str, backend: str, kv: str, threads: int, result: Any) -> dict[s
         "ttft_stdev": round(result.ttft_s.stdev, 4),
         "peak_rss_bytes": result.rss_bytes,
     }
+    spec = result.speculative
+    if spec is not None:
+        row |= {
+            "draft": spec.draft,
+            "plain_tokens_per_s": round(spec.plain_tps.median, 2),
+            "draft_tokens_per_s": round(spec.draft_tps.median, 2),
+            "speedup": round(spec.speedup, 3),
+            "drafted": spec.drafted,
+            "accepted": spec.accepted,
+            "acceptance": round(spec.acceptance, 3) if spec.acceptance is not None else None,
+            "same_output": spec.same_output,
+        }
+    return row
 
 
 def _rss() -> int:

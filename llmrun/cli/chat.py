@@ -65,6 +65,8 @@ def chat(
     backend: o.BackendOpt = "auto",
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
+    draft: o.DraftOpt = None,
+    draft_tokens: o.DraftTokensOpt = None,
     force: o.ForceOpt = False,
     answer_format: o.FormatOpt = None,
     schema: o.SchemaOpt = None,
@@ -93,7 +95,8 @@ def chat(
 
         compile_format(constrained)
     model = model or chat_default()
-    run_plan = plan(model, flags, o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size), force, backend)
+    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
+    run_plan = plan(model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens))
     engine = Engine(template=chosen)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)

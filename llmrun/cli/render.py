@@ -381,6 +381,18 @@ def bench_table(rows: Sequence[dict[str, Any]]) -> None:
                 ttft,
                 format_bytes(row["peak_rss_bytes"]) if key == "pp" else "",
             )
+        if "speedup" in row:  # --draft: greedy generation with the draft against without it
+            share = f", {row['acceptance']:.0%} accepted" if row["acceptance"] is not None else ", nothing drafted"
+            grid.add_row(
+                row["model"],
+                row["backend"],
+                row["kv_type"],
+                str(row["threads"]),
+                f"draft {row['draft']}",
+                f"{row['draft_tokens_per_s']:.1f} vs {row['plain_tokens_per_s']:.1f}",
+                f"{row['speedup']:.2f}x{share}",
+                "" if row["same_output"] else "output differs (near-tie)",
+            )
     Console(highlight=False).print(grid)
 
 

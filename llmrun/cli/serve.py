@@ -104,6 +104,8 @@ def serve(
             rich_help_panel=SERVER,
         ),
     ] = False,
+    draft: o.DraftOpt = None,
+    draft_tokens: o.DraftTokensOpt = None,
     force: o.ForceOpt = False,
 ) -> None:
     """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).
@@ -143,6 +145,7 @@ def serve(
         force=force,
         cache_prompts=not no_prompt_cache,
         template=o.template_choice(template),
+        draft=o.draft_choice(draft, draft_tokens),
     )
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)

@@ -158,9 +158,14 @@ class Scheduler:
     def _new_decoder(self) -> Decoder:
         batch: Callable[..., Decoder | None] | None = getattr(self.entry.model, "batch_decoder", None)
         decoder = None
-        if batch is not None and self.parallel > 1:
+        if batch is not None and self.parallel > 1 and not self._drafts_alone:
             decoder = batch(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
         return decoder if decoder is not None else SequentialDecoder(self.entry.model)
+
+    @property
+    def _drafts_alone(self) -> bool:
+        """A draft model (speculative decoding) follows one sequence: such a model serves one request at a time."""
+        return getattr(self.entry.model, "draft_model_drafter", None) is not None
 
     @property
     def unbatched(self) -> str:
@@ -169,6 +174,8 @@ class Scheduler:
             return ""
         if self.parallel == 1:
             return "`parallel` 1"
+        if self._drafts_alone:
+            return "its draft model drafts for one request at a time"
         return getattr(self.entry.model, "batch_unsupported", None) or "this backend does not batch"
 
     # --- callers' side (any thread) ---------------------------------------------------

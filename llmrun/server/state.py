@@ -24,6 +24,7 @@ from llmrun.server.errors import worded
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
     from llmrun.pipeline import RunPlan
+    from llmrun.speculative import Draft
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class ServerConfig:
     force: bool = False
     cache_prompts: bool = True  # keep finished requests' KV cells for the next request sharing their prefix
     template: tuple[str, str] | None = None  # --template: the chat template every model uses, and its source
+    draft: Draft | None = None  # --draft: speculative decoding for every model (None: each model's models.toml)
 
 
 @dataclass
@@ -147,6 +149,7 @@ class ServerState:
                 available_memory=available_memory,
                 load_defaults=load_defaults,
                 backend=self.config.backend,
+                draft=self.config.draft,
             )
 
         try:
