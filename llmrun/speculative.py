@@ -24,6 +24,7 @@ Drafters:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -147,6 +148,13 @@ class Gate:
 
     def __post_init__(self) -> None:
         self._next_pause = self.pause
+
+    def length(self, most: int) -> int:
+        """How many tokens to draft: about the run the kept share promises (a share p keeps p/(1-p) tokens
+        in a row on average), one more to reach past it, at most ``most``."""
+        if self.rate >= 0.9:
+            return most
+        return max(1, min(most, math.ceil(self.rate / (1 - self.rate)) + 1))
 
     def open(self) -> bool:
         """Whether to draft this step (counts down a pause)."""

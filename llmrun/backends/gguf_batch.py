@@ -233,6 +233,8 @@ class BatchDecoder:
             assert self._draft is not None
             a = slot.assembler
             room = min(self._draft.tokens, self.n_ctx_seq - slot.pos - 2, a.limit - a.generated - 1, room_in_batch)
+            if slot.gate is not None:
+                room = slot.gate.length(room)
             if room <= 0 or (slot.gate is not None and not slot.gate.open()):
                 continue
             slot.drafts = slot.lookup.propose([*slot.cached[: slot.pos], slot.last], room)[:room]

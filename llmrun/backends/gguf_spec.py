@@ -156,6 +156,8 @@ def _sampled(
         yield token
         while True:
             room = min(draft_tokens, model.n_ctx - llama.n_tokens - 2, budget - produced - 1)
+            if gate is not None:
+                room = gate.length(room)
             drafts: list[int] = []
             if room > 0 and (gate is None or gate.open()):
                 drafts = drafter.propose(history, room)[:room]

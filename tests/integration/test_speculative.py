@@ -112,9 +112,9 @@ def test_the_kv_cache_is_left_as_plain_decoding_leaves_it(model: GgufModel) -> N
 
 def test_the_budget_and_stop_strings_hold_with_drafting(model: GgufModel) -> None:
     for n in (1, 2, 5, 9):
-        tokens, done = generate(model, QUOTE, Draft.parse("ngram"), SamplingParams(temperature=0, max_tokens=n))
+        _tokens, done = generate(model, QUOTE, Draft.parse("ngram"), SamplingParams(temperature=0, max_tokens=n))
         assert done.stats.generated_tokens == n and done.stats.finish_reason == "length"
-    tokens, done = generate(model, QUOTE, Draft.parse("ngram"), SamplingParams(temperature=0, stop=["spiral"]))
+    _tokens, done = generate(model, QUOTE, Draft.parse("ngram"), SamplingParams(temperature=0, stop=["spiral"]))
     assert done.stats.finish_reason == "stop" and "spiral" not in done.text and done.text.endswith("climbed the ")
 
 
@@ -137,9 +137,7 @@ def test_sampling_keeps_the_models_distribution(model: GgufModel) -> None:
         seen: Counter[tuple[int, ...]] = Counter()
         for seed in seeds:
             params = SamplingParams(temperature=1.0, top_k=8, max_tokens=3, seed=seed)
-            events = (
-                speculative_stream(model, ids, params, Greedy(), 2) if drafted else model.stream(ids, params)
-            )
+            events = speculative_stream(model, ids, params, Greedy(), 2) if drafted else model.stream(ids, params)
             seen[tuple(e.id for e in events if isinstance(e, Token) and e.id >= 0)[:2]] += 1
         return seen
 
@@ -154,9 +152,7 @@ def _total_variation(a: Counter[object], b: Counter[object], n: int) -> float:
     return sum(abs(a[key] - b[key]) for key in set(a) | set(b)) / (2 * n)
 
 
-def test_a_draft_model_of_the_same_vocabulary_drafts_and_another_is_refused(
-    gemma_cache: Path, smollm: Path
-) -> None:
+def test_a_draft_model_of_the_same_vocabulary_drafts_and_another_is_refused(gemma_cache: Path, smollm: Path) -> None:
     target = GgufBackend().load(gemma_cache, LoadParams(1024, 2, 0))
     try:
         plain, _ = generate(target, "Once upon a time", Draft())
@@ -216,7 +212,7 @@ def test_run_reports_the_draft_in_json_and_stats(gemma: Path, smollm: Path) -> N
 def test_draft_flags_fail_before_loading() -> None:
     from tests.helpers import invoke
 
-    code, out, err = invoke(["run", "--draft-tokens", "4", "hi"])
+    code, _out, err = invoke(["run", "--draft-tokens", "4", "hi"])
     assert code == 2 and "--draft-tokens goes with --draft" in err
-    code, out, err = invoke(["run", "--draft", "ngram", "--draft-tokens", "0", "hi"])
+    code, _out, err = invoke(["run", "--draft", "ngram", "--draft-tokens", "0", "hi"])
     assert code == 2 and "--draft-tokens must be" in err

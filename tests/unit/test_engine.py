@@ -83,7 +83,7 @@ def test_the_result_shape() -> None:
     assert data == {
         "text": "hi",
         "prompt_format": "chat template",
-        "tokens": {"prompt": 5, "cached": 0, "generated": 2},
+        "tokens": {"prompt": 5, "cached": 0, "generated": 2, "drafted": 0, "accepted": 0},
         "timings": {"time_to_first_token_s": 0.5, "prompt_tokens_per_s": 10.0, "generation_tokens_per_s": 4.0},
         "stop_reason": "eos",
         "stop_string": None,

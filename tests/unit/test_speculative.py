@@ -95,3 +95,15 @@ def test_a_tally_counts_only_steps_that_drafted() -> None:
     tally.record(4, 3)
     tally.record(2, 0)
     assert (tally.drafted, tally.accepted, tally.steps) == (6, 3, 2)
+
+
+def test_the_auto_gate_drafts_about_the_run_its_kept_share_promises() -> None:
+    gate = Gate()
+    assert gate.length(8) == 8  # a fresh gate trusts the draft
+    gate.rate = 0.5
+    assert gate.length(8) == 2  # half kept: one in a row on average, and one more
+    gate.rate = 0.75
+    assert gate.length(8) == 4
+    assert gate.length(3) == 3
+    gate.rate = 0.3
+    assert gate.length(8) == 2
