@@ -52,7 +52,7 @@ def test_greedy_equals_raw_llama_cpp_token_for_token(gemma: Path) -> None:
 
     result = run_json("-t", "0", "-n", "32", PROMPT)
     assert result["text"] == expected["choices"][0]["text"]
-    assert result["tokens"] == {"prompt": len(prompt_ids), "cached": 0, "generated": 32}
+    assert result["tokens"] == {"prompt": len(prompt_ids), "cached": 0, "generated": 32, "drafted": 0, "accepted": 0}
 
     from llmrun.backends.base import Done, LoadParams, Token
     from llmrun.backends.gguf import GgufBackend
