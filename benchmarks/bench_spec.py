@@ -62,9 +62,10 @@ def task_prompts(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
     from llmrun.pipeline import render_prompt
     from llmrun.rag.context import ground
     from llmrun.rag.store import Hit
-    from llmrun.template import Message
+    from llmrun.template import Message, builtin_for
 
-    template = model.llama.metadata["tokenizer.chat_template"]
+    metadata = model.llama.metadata
+    template = metadata.get("tokenizer.chat_template") or builtin_for(metadata.get("general.architecture", ""))
     hits = [Hit(0.8 - i / 10, text, path, 0, len(text), "chars") for i, (path, text) in enumerate(PASSAGES)]
     rag = ground(QUESTION, hits, lambda text: len(model.tokenize(text)), model.n_ctx, 256).prompt
     asks = {

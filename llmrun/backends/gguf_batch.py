@@ -21,6 +21,7 @@ still cover the window before the first new token, else the prompt is evaluated 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class _Slot:
     logprobs: int = 0  # alternatives to report with each token
     cached: list[int] = field(default_factory=list)  # the tokens in this sequence's KV cells, from position 0
     lookup: PromptLookup | None = None  # speculative decoding: this sequence's drafter
-    gate: Gate | None = None  # … paused while its drafts are refused (auto)
+    gate: Gate | None = None  # auto: how much to draft, by what pays
     drafts: list[int] = field(default_factory=list)  # this step's draft, after ``last``
     tally: Tally = field(default_factory=Tally)
     shown: list[Token] = field(default_factory=list)  # this step's tokens to report
@@ -122,6 +123,7 @@ class BatchDecoder:
         # speculative decoding: each sequence drafts by prompt lookup (a draft model drafts for one
         # sequence at a time: requests that are batched do not use it)
         self._draft = model.draft if model.draft.mode in ("ngram", "auto") else None
+        self._seconds = 0.0  # the last forward pass
 
     @property
     def free(self) -> int:
@@ -180,7 +182,9 @@ class BatchDecoder:
         events: list[tuple[int, Token | Done]] = []
         self._draw_up()
         _fill(self._batch.batch, self._slots)
+        began = time.perf_counter()
         self._ctx.decode(self._batch)
+        self._seconds = time.perf_counter() - began
         for seq, slot in enumerate(self._slots):
             if slot is None or slot.sample_at is None:
                 continue
@@ -192,6 +196,8 @@ class BatchDecoder:
                 if slot.assembler.finish is not None or row == first + len(drafts) or token_id != drafts[row - first]:
                     break
                 kept += 1
+            if slot.gate is not None and self._batch.batch.n_tokens == len(drafts) + 1:
+                slot.gate.record(len(drafts), kept, self._seconds)  # timed: this sequence had the pass alone
             if drafts:
                 self._keep_draft(slot, kept)
             events += [(slot.request.index, token) for token in slot.shown]
@@ -235,7 +241,7 @@ class BatchDecoder:
             room = min(self._draft.tokens, self.n_ctx_seq - slot.pos - 2, a.limit - a.generated - 1, room_in_batch)
             if slot.gate is not None:
                 room = slot.gate.length(room)
-            if room <= 0 or (slot.gate is not None and not slot.gate.open()):
+            if room <= 0:
                 continue
             slot.drafts = slot.lookup.propose([*slot.cached[: slot.pos], slot.last], room)[:room]
             room_in_batch -= len(slot.drafts)
@@ -244,8 +250,6 @@ class BatchDecoder:
         """Drop the cells of the drafted tokens the model refused (the step put ``last`` and the draft in)."""
         drafted = len(slot.drafts)
         slot.tally.record(drafted, kept)
-        if slot.gate is not None:
-            slot.gate.record(drafted, kept)
         refused = drafted - kept
         if refused:
             slot.pos -= refused

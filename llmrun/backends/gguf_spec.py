@@ -18,6 +18,7 @@ KV prefix as before. Cells of drafted tokens that were evaluated but not kept de
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -158,11 +159,11 @@ def _sampled(
             room = min(draft_tokens, model.n_ctx - llama.n_tokens - 2, budget - produced - 1)
             if gate is not None:
                 room = gate.length(room)
-            drafts: list[int] = []
-            if room > 0 and (gate is None or gate.open()):
-                drafts = drafter.propose(history, room)[:room]
+            drafts = drafter.propose(history, room)[:room] if room > 0 else []
             start = llama.n_tokens
+            began = time.perf_counter()
             _decode_all(llama, [token, *drafts])
+            seconds = time.perf_counter() - began
             kept = 0
             for row in range(len(drafts) + 1):
                 token = sample(row)
@@ -174,7 +175,7 @@ def _sampled(
                 kept += 1
             tally.record(len(drafts), kept)
             if gate is not None:
-                gate.record(len(drafts), kept)
+                gate.record(len(drafts), kept, seconds)
             valid = start + 1 + kept  # the cells of the tokens the target kept
             if valid < llama.n_tokens:
                 llama._ctx.kv_cache_seq_rm(-1, valid, -1)

@@ -70,23 +70,35 @@ def test_prompt_lookup_agrees_with_a_brute_force_search() -> None:
         assert lookup.propose(history, 5) == want
 
 
-def test_the_auto_gate_pauses_drafting_while_drafts_are_refused_and_tries_again() -> None:
-    gate = Gate(threshold=0.25, weight=0.5, pause=2, max_pause=8)
-    assert gate.open()
-    gate.record(8, 8)
-    assert gate.open()
-    gate.record(8, 0)  # the kept share falls to 0.5: still on
-    assert gate.open()
-    gate.record(8, 0)  # 0.25: still on
-    gate.record(8, 0)  # 0.125: paused
-    assert [gate.open() for _ in range(3)] == [False, False, True]  # a pause of 2 steps, then a try
-    gate.record(8, 0)  # refused again: the pause doubles
-    assert [gate.open() for _ in range(5)] == [False, False, False, False, True]
-    gate.record(8, 8)  # kept: back on, and the pause resets once the rate is good
-    gate.record(8, 8)
-    assert gate.open()
-    gate.record(0, 0)  # a step without a draft says nothing
-    assert gate.open()
+def test_the_auto_gate_drafts_what_pays_by_its_first_guesses() -> None:
+    gate = Gate(p=0.75, prior_ratio=0.25)
+    # k tokens yield 1 + p + … + p^k for 1 + 0.25·k passes: 1.40, 1.54, 1.56, 1.52 … for k = 1, 2, 3, 4
+    assert gate.length(8) == 3
+    assert gate.length(2) == 2 and gate.length(0) == 0
+
+
+def test_the_auto_gate_learns_the_cost_of_a_drafted_position_from_timed_passes() -> None:
+    cheap = Gate(p=0.9)
+    for k in [0, 1, 2, 4, 8, 3, 0, 6] * 3:
+        cheap.record(k, k, 0.010 + 0.0002 * k)  # nearly free positions: a memory-bound GPU
+    assert cheap.ratio() == pytest.approx(0.02, abs=0.005)
+    assert cheap.length(8) == 8
+    dear = Gate(p=0.75)
+    for k in [0, 1, 2, 4, 0, 3, 2, 1] * 3:
+        dear.record(k, 0 if k == 0 else 1, 0.010 + 0.008 * k)
+    assert dear.ratio() == pytest.approx(0.8, abs=0.05)
+    assert dear.length(8) == 0  # a drafted position costs most of a pass: drafting does not pay
+
+
+def test_the_auto_gate_stops_drafting_when_drafts_are_refused_and_probes_again() -> None:
+    gate = Gate(p=0.75, prior_ratio=0.25, probe=4)
+    for _ in range(30):
+        gate.record(3, 0)  # every draft refused at once
+    assert gate.p < 0.05
+    assert [gate.length(8) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]  # a one-token probe every 4 steps
+    for _ in range(30):
+        gate.record(1, 1)  # the probes are kept: a quote began
+    assert gate.length(8) >= 3
 
 
 def test_a_tally_counts_only_steps_that_drafted() -> None:
@@ -95,15 +107,3 @@ def test_a_tally_counts_only_steps_that_drafted() -> None:
     tally.record(4, 3)
     tally.record(2, 0)
     assert (tally.drafted, tally.accepted, tally.steps) == (6, 3, 2)
-
-
-def test_the_auto_gate_drafts_about_the_run_its_kept_share_promises() -> None:
-    gate = Gate()
-    assert gate.length(8) == 8  # a fresh gate trusts the draft
-    gate.rate = 0.5
-    assert gate.length(8) == 2  # half kept: one in a row on average, and one more
-    gate.rate = 0.75
-    assert gate.length(8) == 4
-    assert gate.length(3) == 3
-    gate.rate = 0.3
-    assert gate.length(8) == 2
