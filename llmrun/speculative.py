@@ -24,7 +24,6 @@ Drafters:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -188,7 +187,9 @@ class Gate:
         if drafted <= 0:
             return
         refused = 1 if accepted < drafted else 0
-        self.p = self.decay * self.p + (1 - self.decay) * (accepted / (accepted + refused) if accepted + refused else 0.0)
+        self.p = self.decay * self.p + (1 - self.decay) * (
+            accepted / (accepted + refused) if accepted + refused else 0.0
+        )
 
 
 @dataclass

@@ -343,7 +343,13 @@ def test_run_with_mlx_backend_is_the_mlx_model(gemma: Path, gemma_mlx16: Path, m
     expected = "".join(
         e.text for e in mlx16.stream(ids, SamplingParams(temperature=0, max_tokens=8)) if isinstance(e, Token)
     )
-    assert mlx["text"] == expected and mlx["tokens"] == {"prompt": len(ids), "cached": 0, "generated": 8, "drafted": 0, "accepted": 0}
+    assert mlx["text"] == expected and mlx["tokens"] == {
+        "prompt": len(ids),
+        "cached": 0,
+        "generated": 8,
+        "drafted": 0,
+        "accepted": 0,
+    }
     code, out, err = invoke([*args, "-m", str(gemma)])
     assert code == 0, err
     gguf = json.loads(out)
