@@ -187,6 +187,11 @@ def plan_run(
             quantized_on_cpu=on_cpu and header.metadata.get("mlx.quantization.bits") is not None,
         )
     chosen_draft, draft_source = _draft_setting(draft, entry.draft if entry else None)
+    if located.backend.backend == "mlx" and chosen_draft.mode in ("ngram", "auto"):
+        raise UsageError(
+            f"`draft` {chosen_draft.mode} (prompt lookup) runs on the GGUF backend; MLX drafts with a draft model",
+            "pass an MLX draft model with `draft`, or run a GGUF model",
+        )
     draft_model = None
     if chosen_draft.model:
         draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from llmrun.errors import InvalidParameter
+from llmrun.errors import InvalidParameter, UsageError
+
+if TYPE_CHECKING:
+    from llmrun.backends.base import LoadedModel
 
 DraftMode = Literal["off", "ngram", "auto", "model"]
 DEFAULT_DRAFT_TOKENS = 8
@@ -220,3 +223,24 @@ def verify(drafted: Sequence[int], sampled: Sequence[int]) -> int:
             break
         kept += 1
     return kept
+
+
+def check_vocabulary(target: LoadedModel, draft: LoadedModel, draft_name: str, sizes: tuple[int, int]) -> None:
+    """A draft must spell tokens as the model does (llama.cpp's check: vocabulary sizes within 128 of
+    each other, the same start and end tokens, the same bytes for the tokens both have — here the first
+    512 and an even sample of the rest); one line when it does not. ``sizes``: the model's, the draft's."""
+    n_target, n_draft = sizes
+    hint = "use a draft model of the same family (a smaller quant of the same model, or a smaller sibling)"
+    if abs(n_target - n_draft) > 128:
+        raise UsageError(f"draft model {draft_name} has a vocabulary of {n_draft} tokens, the model {n_target}", hint)
+    if (target.bos_id, target.eos_id) != (draft.bos_id, draft.eos_id):
+        raise UsageError(f"draft model {draft_name} has different start and end tokens from the model", hint)
+    shared = min(n_target, n_draft)
+    step = max(1, shared // 4096)
+    for token_id in [*range(min(shared, 512)), *range(512, shared, step)]:
+        if target.token_bytes(token_id, special=True) != draft.token_bytes(token_id, special=True):
+            raise UsageError(
+                f"draft model {draft_name} spells token {token_id} differently from the model: "
+                "their vocabularies differ",
+                hint,
+            )

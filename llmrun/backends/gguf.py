@@ -120,11 +120,13 @@ class GgufModel:
     def use_draft(self, draft: Draft, draft_model: GgufModel | None = None) -> None:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
         its vocabulary is checked against this model's, and a mismatch is one clear error)."""
-        from llmrun.backends.gguf_spec import ModelDrafter, check_vocabulary
+        from llmrun.backends.gguf_spec import ModelDrafter
+        from llmrun.speculative import check_vocabulary
 
         if draft_model is not None:
             assert draft.model is not None
-            check_vocabulary(self, draft_model, draft.model)
+            sizes = (int(self.llama.n_vocab()), int(draft_model.llama.n_vocab()))
+            check_vocabulary(self, draft_model, draft.model, sizes)
             if self.draft_model_drafter is not None:
                 self.draft_model_drafter.close()
             self.draft_model_drafter = ModelDrafter(draft_model)

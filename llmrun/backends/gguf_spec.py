@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import Done, Token
-from llmrun.errors import UsageError
 from llmrun.generation import assemble, score, token_budget
 from llmrun.sampling import SamplingParams
 from llmrun.speculative import Drafter, Gate, PromptLookup, Tally
@@ -210,26 +209,6 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.draft.close()
-
-
-def check_vocabulary(target: GgufModel, draft: GgufModel, draft_name: str) -> None:
-    """A draft must spell tokens as the target does (llama.cpp's check: the same size within 128,
-    the same special tokens, the same text for the tokens both have); one line when it does not."""
-    n_target, n_draft = int(target.llama.n_vocab()), int(draft.llama.n_vocab())
-    hint = "use a draft model of the same family (a smaller quant of the same model, or a smaller sibling)"
-    if abs(n_target - n_draft) > 128:
-        raise UsageError(f"draft model {draft_name} has a vocabulary of {n_draft} tokens, the model {n_target}", hint)
-    if (target.bos_id, target.eos_id) != (draft.bos_id, draft.eos_id):
-        raise UsageError(f"draft model {draft_name} has different start and end tokens from the model", hint)
-    shared = min(n_target, n_draft)
-    step = max(1, shared // 4096)
-    for token_id in [*range(min(shared, 512)), *range(512, shared, step)]:
-        if target.piece(token_id, True) != draft.piece(token_id, True):
-            raise UsageError(
-                f"draft model {draft_name} spells token {token_id} differently from the model: "
-                "their vocabularies differ",
-                hint,
-            )
 
 
 def drafter_for(model: GgufModel) -> Drafter:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
-from llmrun.errors import BackendError, ContextFull, LlmrunError
-from llmrun.generation import assemble, score
+from llmrun.errors import BackendError, ContextFull, LlmrunError, UsageError
+from llmrun.generation import assemble, score, token_budget
 from llmrun.sampling import SamplingParams
+from llmrun.speculative import Draft
 from llmrun.tokens import reusable
 
 if TYPE_CHECKING:
@@ -139,6 +140,28 @@ class MlxModel:
         self._held: list[int] = []  # the tokens the cache holds, in order
         self.reused = 0  # prompt tokens the last stream took from the cache instead of evaluating
         self._grammar_tokenizer: Any = None
+        self.draft = Draft()  # speculative decoding (see use_draft)
+        self._draft_model: MlxModel | None = None
+
+    def use_draft(self, draft: Draft, draft_model: MlxModel | None = None) -> None:
+        """Decode speculatively with a draft model (mlx-lm's ``speculative_generate_step``); its vocabulary
+        is checked against this model's. Prompt lookup (``ngram``, ``auto``) is the GGUF backend's."""
+        from llmrun.speculative import check_vocabulary
+
+        if draft.on and draft.mode != "model":
+            raise UsageError(
+                f"`draft` {draft.mode} (prompt lookup) runs on the GGUF backend; MLX drafts with a draft model",
+                "pass an MLX draft model with `draft`, or run a GGUF model",
+            )
+        if draft_model is not None:
+            assert draft.model is not None
+            check_vocabulary(self, draft_model, draft.model, (self.vocab_size, draft_model.vocab_size))
+            if self._draft_model is not None:
+                self._draft_model.close()
+            self._draft_model = draft_model
+        if draft.mode == "model" and self._draft_model is None:
+            raise UsageError(f"draft model {draft.model} is not loaded", "pass it with `draft`")
+        self.draft = draft
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -273,6 +296,9 @@ class MlxModel:
         if seed is not None:
             mx.random.seed(seed)
         ids = list(ids)
+        if self.draft.on and self._draft_model is not None:
+            yield from self._speculative(ids, params, seed, logprobs, constraint)
+            return
         start = self.reused = self._prepare(ids)
         suffix = ids[start:]
         last: dict[str, Any] = {}
@@ -308,6 +334,64 @@ class MlxModel:
             cached_tokens=start,
             constraint=constraint,
         )
+
+    def _speculative(
+        self, ids: list[int], params: SamplingParams, seed: int | None, logprobs: int, constraint: Constraint | None
+    ) -> Iterator[Token | Done]:
+        """``stream`` with the draft model: mlx-lm drafts ``draft.tokens`` tokens a round and the model
+        checks them in one pass. Both evaluate the prompt whole, in caches of this request's own (the model's
+        prefix cache is left as it was). mlx-lm reports the tokens the model kept from the draft; each round
+        drafts ``draft.tokens`` and ends with a token of the model's own, so the rounds give what was drafted.
+        The model samples each position itself and keeps the draft while they agree, so the output has the
+        model's distribution whatever the draft's."""
+        import dataclasses
+
+        import mlx.core as mx
+        from mlx_lm.generate import speculative_generate_step
+
+        assert self._draft_model is not None
+        budget, _ = token_budget(len(ids), self.n_ctx, params)
+        last: dict[str, Any] = {}
+        counts = {"accepted": 0, "rounds": 0}
+        self.reused = 0
+
+        def sampled() -> Generator[int, None, None]:
+            assert self._draft_model is not None
+            steps = speculative_generate_step(
+                mx.array(ids),
+                self.model,
+                self._draft_model.model,
+                num_draft_tokens=self.draft.tokens,
+                max_tokens=budget,  # mlx-lm drafts min(what is left, num_draft_tokens): it needs the real limit
+                sampler=make_sampler(params, self.vocab_size),
+                logits_processors=make_processors(params, self.n_ctx, len(ids), constraint),
+                prompt_cache=self._new_cache() + self._draft_model._new_cache(),
+                prefill_step_size=PREFILL_STEP,
+            )
+            try:
+                for token, token_logprobs, from_draft in steps:
+                    counts["accepted" if from_draft else "rounds"] += 1
+                    last["logprobs"] = token_logprobs
+                    yield int(token)
+            finally:
+                steps.close()
+
+        for event in assemble(
+            sampled(),
+            self.token_bytes,
+            self.is_end,
+            prompt_tokens=len(ids),
+            n_ctx=self.n_ctx,
+            params=params,
+            seed=seed,
+            score=self._scorer(last, logprobs) if logprobs > 0 else None,
+            constraint=constraint,
+        ):
+            if isinstance(event, Done):
+                drafted = counts["rounds"] * self.draft.tokens
+                stats = dataclasses.replace(event.stats, drafted=drafted, accepted=counts["accepted"])
+                event = Done(event.text, stats)
+            yield event
 
     def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
         """Scores each token from the log-probabilities generate_step sampled it from."""
@@ -380,6 +464,9 @@ class MlxModel:
     def close(self) -> None:
         import mlx.core as mx
 
+        if self._draft_model is not None:
+            self._draft_model.close()
+            self._draft_model = None
         self._cache = None
         self.model = None
         mx.clear_cache()

@@ -403,3 +403,30 @@ def test_convert_refuses_bad_input_and_leaves_nothing(gemma: Path, tmp_path: Pat
         "out",
     ]
     assert not list(existing.iterdir())
+
+
+def test_a_draft_model_drafts_through_mlx_lm_and_prompt_lookup_is_refused(gemma_mlx16: Path, gemma_mlx8: Path) -> None:
+    from llmrun.errors import UsageError
+    from llmrun.speculative import Draft
+    from tests.helpers import agree_up_to_rounding
+
+    target = MlxBackend().load(gemma_mlx16, LoadParams(512, 2, 0))
+    try:
+        ids = target.tokenize("The capital of France is Paris. The capital of France is", add_bos=True)
+        greedy = SamplingParams(temperature=0, max_tokens=8)
+
+        def answer() -> tuple[list[Token], Done]:
+            events = list(target.stream(ids, greedy, logprobs=5))
+            done = events[-1]
+            assert isinstance(done, Done)
+            return [e for e in events if isinstance(e, Token) and e.id >= 0], done
+
+        plain, _ = answer()
+        target.use_draft(Draft.parse(str(gemma_mlx8), 3), MlxBackend().load(gemma_mlx8, LoadParams(512, 2, 0)))
+        drafted, done = answer()
+        assert done.stats.drafted > 0 and done.stats.accepted > 0  # the 8-bit sibling agrees with it mostly
+        agree_up_to_rounding(drafted, plain, 1.5)
+        with pytest.raises(UsageError, match="GGUF backend"):
+            target.use_draft(Draft.parse("ngram"))
+    finally:
+        target.close()
