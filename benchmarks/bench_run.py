@@ -226,7 +226,9 @@ def bench_start(runs: int) -> None:
     mib = 1024 * 1024
     extra = (med(peaks["llmrun"]) - med(peaks["bare"])) / mib
     print(f"cold start: run -t 0 -n 32, whole processes, {runs} alternating runs (medians)")
-    print(f"  bare llama-cpp-python script {base * 1000:6.0f} ms   llmrun {ours * 1000:6.0f} ms   ratio {ours / base:.2f}")
+    print(
+        f"  bare llama-cpp-python script {base * 1000:6.0f} ms   llmrun {ours * 1000:6.0f} ms   ratio {ours / base:.2f}"
+    )
     print(
         f"  peak memory  bare {med(peaks['bare']) / mib:6.0f} MiB   llmrun {med(peaks['llmrun']) / mib:6.0f} MiB"
         f"   difference {extra:+.0f} MiB"

@@ -11,7 +11,9 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from llmrun.cli.app import app
+from llmrun.cli.app import build
+
+app = build()
 
 
 def invoke(args: Sequence[str], stdin: str | None = None, columns: int = 200) -> tuple[int, str, str]:

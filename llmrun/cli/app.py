@@ -103,29 +103,56 @@ def _root(
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
 
 
-def _register() -> None:
-    from llmrun.cli import batch, bench, chat, convert, doctor, index, inspect, models, quantize, run, serve
+# command name -> (module in llmrun.cli, function); ``index`` is a group of its own
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run"),
+    "chat": ("chat", "chat"),
+    "batch": ("batch", "batch"),
+    "serve": ("serve", "serve"),
+    "tokenize": ("inspect", "tokenize"),
+    "next": ("inspect", "next_token"),
+    "show": ("models", "show"),
+    "pull": ("models", "pull"),
+    "list": ("models", "list_models"),
+    "rm": ("models", "rm"),
+    "bench": ("bench", "bench"),
+    "convert": ("convert", "convert"),
+    "quantize": ("quantize", "quantize"),
+    "eval": ("quantize", "evaluate"),
+    "doctor": ("doctor", "doctor"),
+}
+GROUPS = {"index": "index"}
 
-    app.command("run")(run.run)
-    app.command("chat")(chat.chat)
-    app.command("batch")(batch.batch)
-    app.command("serve")(serve.serve)
-    app.command("tokenize")(inspect.tokenize)
-    app.command("next")(inspect.next_token)
-    app.command("show")(models.show)
-    app.command("pull")(models.pull)
-    app.command("list")(models.list_models)
-    app.command("rm")(models.rm)
-    app.command("bench")(bench.bench)
-    app.command("convert")(convert.convert)
-    app.command("quantize")(quantize.quantize)
-    app.command("eval")(quantize.evaluate)
-    app.command("doctor")(doctor.doctor)
-    app.add_typer(index.app, name="index")
+
+_registered: set[str] = set()
 
 
-_register()
+def build(only: str | None = None) -> typer.Typer:
+    """The app with its commands: ``only`` that one (the command line names it: its module alone is
+    imported, so ``llmrun run`` does not import the server, the quantizer, …), else all of them (help)."""
+    import importlib
+
+    for name, (module, function) in COMMANDS.items():
+        if (only is None or only == name) and name not in _registered:
+            app.command(name)(getattr(importlib.import_module(f"llmrun.cli.{module}"), function))
+            _registered.add(name)
+    for name, module in GROUPS.items():
+        if (only is None or only == name) and name not in _registered:
+            app.add_typer(importlib.import_module(f"llmrun.cli.{module}").app, name=name)
+            _registered.add(name)
+    return app
+
+
+def command_named(argv: list[str]) -> str | None:
+    """The command an argument list runs (the first word that is not an option of the root), if it is one."""
+    for word in argv:
+        if word.startswith("-"):
+            if word in ("-h", "--help", "--version"):
+                return None
+            continue
+        return word if word in COMMANDS or word in GROUPS else None
+    return None
 
 
 def main() -> None:
-    app()
+    build(command_named(sys.argv[1:]))()

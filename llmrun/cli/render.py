@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @cache
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def out_console() -> Console:
     """A console on stdout, for commands that print their answer through Rich."""
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
@@ -33,6 +36,8 @@ def table_console() -> Console:
     """Tables on stdout: as wide as the terminal, or as ``COLUMNS`` says; piped without it they
     never wrap — one row a line, for ``grep`` and ``awk``."""
     import os
+
+    from rich.console import Console
 
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(highlight=False, width=UNWRAPPED if piped else None)
@@ -43,6 +48,8 @@ UNWRAPPED = 1_000_000
 
 def error(message: str, hint: str = "") -> None:
     """One line: what is wrong, then what to do."""
+    from rich.text import Text
+
     line = Text("error: ", style="bold red")
     line.append(_worded(message))
     if hint:
@@ -52,12 +59,16 @@ def error(message: str, hint: str = "") -> None:
 
 
 def warn(message: str) -> None:
+    from rich.text import Text
+
     line = Text("warning: ", style="bold yellow")
     line.append(_worded(message))
     err_console().print(line)
 
 
 def note(message: str) -> None:
+    from rich.text import Text
+
     err_console().print(Text(_worded(message), style="dim"))
 
 
@@ -88,20 +99,33 @@ class _RichStatus:
         self._live = live
 
     def update(self, status: str) -> None:
+        from rich.text import Text
+
         self._live.update(Text(status, style="dim"))
 
     def stop(self) -> None:
         self._live.stop()
 
 
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal, as Rich decides it (FORCE_COLOR, TTY_COMPATIBLE …), without importing
+    Rich when it plainly is not one (a script's pipe or file: the common one-shot case, kept fast)."""
+    import os
+
+    if not sys.stderr.isatty() and not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE")):
+        return False
+    return bool(err_console().is_terminal)
+
+
 @contextmanager
 def status(message: str) -> Iterator[Status]:
     """A spinner on stderr while ``message`` is true; nothing when stderr is not a terminal."""
-    console = err_console()
-    if not console.is_terminal:
+    if not stderr_is_terminal():
         yield _NoStatus()
         return
-    with console.status(Text(message, style="dim"), spinner="dots") as live:
+    from rich.text import Text
+
+    with err_console().status(Text(message, style="dim"), spinner="dots") as live:
         yield _RichStatus(live)
 
 
@@ -123,12 +147,18 @@ class TokenPrinter:
         self.out = out or sys.stdout
         self.wrote = False
         self.last = ""
-        self._console = Console(file=self.out, highlight=False, soft_wrap=True) if colour_by_probability else None
+        self._console: Console | None = None
+        if colour_by_probability:
+            from rich.console import Console
+
+            self._console = Console(file=self.out, highlight=False, soft_wrap=True)
 
     def write(self, text: str, probability: float | None = None) -> None:
         if not text:
             return
         if self._console is not None and probability is not None:
+            from rich.text import Text
+
             self._console.print(Text(text, style=probability_style(probability)), end="")
         else:
             self.out.write(text)
@@ -155,6 +185,8 @@ class ReasoningPrinter:
     def write(self, text: str) -> None:
         if self.hidden or not text:
             return
+        from rich.text import Text
+
         console = err_console()
         if not self.wrote:
             console.print(Text("Thinking…", style="dim italic"))
@@ -163,6 +195,8 @@ class ReasoningPrinter:
 
     def finish(self) -> None:
         """The reasoning is over: end it on its own line, with a blank line before the answer."""
+        from rich.text import Text
+
         if self.open:
             err_console().print(Text("\n…done thinking.\n", style="dim italic"))
             sys.stdout.flush()
@@ -171,6 +205,8 @@ class ReasoningPrinter:
 
 def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None) -> None:
     """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given)."""
+    from rich.text import Text
+
     from llmrun.pipeline import prompt_spans
 
     console = console or err_console()
@@ -185,6 +221,8 @@ def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None) 
 
 
 def probability_legend() -> None:
+    from rich.text import Text
+
     legend = Text("token probability: ", style="dim")
     labels = ("≥ 90%", "50–90%", "20–50%", "5–20%", "< 5%")
     for (_, style), label in zip(PROBABILITY_STYLES, labels, strict=True):
@@ -196,6 +234,8 @@ def table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True, stdout: bool = False
 ) -> None:
     """A small table, on stderr unless it is the command's answer (plain text when not a terminal)."""
+    from rich.table import Table
+
     grid = Table(
         title=title or None, title_justify="left", show_edge=False, box=None, pad_edge=False, show_header=header
     )
@@ -218,6 +258,9 @@ _SPAN_STYLES = ("black on #a6e3a1", "black on #89b4fa", "black on #f9e2af", "bla
 
 def token_spans(groups: Sequence[Any]) -> None:
     """The text as coloured token segments (one colour per token; a split character in one)."""
+    from rich.console import Console
+    from rich.text import Text
+
     from llmrun.tokens import visible
 
     line = Text()
@@ -252,6 +295,10 @@ def probability_bar(p: float, width: int = 20) -> str:
 
 def next_token_table(result: Any, params: Any) -> None:
     """Candidates for the next token at each sampling stage, with bars."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from llmrun.tokens import visible
 
     temperature = "greedy" if params.greedy else f"T={params.temperature:g}"
@@ -294,6 +341,9 @@ def next_token_table(result: Any, params: Any) -> None:
 
 
 def model_facts(facts: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     from llmrun.memory import format_bytes
 
     window = facts["sliding_window"]
@@ -328,6 +378,10 @@ def model_facts(facts: dict[str, Any]) -> None:
 
 
 def memory_plan(memory: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from llmrun.memory import format_bytes
 
     grid = Table(
@@ -363,6 +417,9 @@ def memory_plan(memory: dict[str, Any]) -> None:
 
 
 def bench_table(rows: Sequence[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     from llmrun.memory import format_bytes
 
     grid = Table(box=None, pad_edge=False)
@@ -406,6 +463,8 @@ class MarkdownStream:
     """
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+
         self.console = console or Console(highlight=False)
         self.current = ""
         self.wrote = False
@@ -499,31 +558,36 @@ def batch_progress(total: int) -> Iterator[Any]:
 def download_progress() -> Iterator[Any]:
     """A progress callback (file, bytes done, total): a Rich bar per file with bytes, speed and
     ETA on a terminal; a plain line every 10% otherwise."""
-    from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with _progress((*columns, TimeRemainingColumn()), "{name}: {done:,} of {total:,} bytes") as update:
+    def columns() -> tuple[Any, ...]:
+        from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        progress = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        return (*progress, TimeRemainingColumn())
+
+    with _progress(columns, "{name}: {done:,} of {total:,} bytes") as update:
         yield update
 
 
 @contextmanager
-def _progress(columns: Sequence[Any], plain_line: str) -> Iterator[Any]:
-    """A (name, done, total) callback: one Rich bar per name, or ``plain_line`` every 10% off a terminal."""
-    from rich.progress import Progress
-
-    console = err_console()
-    if not console.is_terminal:
+def _progress(columns: Callable[[], Sequence[Any]], plain_line: str) -> Iterator[Any]:
+    """A (name, done, total) callback: one Rich bar per name, or ``plain_line`` every 10% off a terminal
+    (written without Rich, which is not imported then)."""
+    if not stderr_is_terminal():
         shown: dict[str, int] = {}
 
         def plain(name: str, done: int, total: int) -> None:
             step = int(10 * done / total) if total else 0
             if shown.get(name, -1) < step:
                 shown[name] = step
-                console.print(plain_line.format(name=name, done=done, total=total), highlight=False)
+                sys.stderr.write(plain_line.format(name=name, done=done, total=total) + "\n")
+                sys.stderr.flush()
 
         yield plain
         return
-    with Progress(*columns, console=console) as bar:
+    from rich.progress import Progress
+
+    with Progress(*columns(), console=err_console()) as bar:
         tasks: dict[str, Any] = {}
 
         def update(name: str, done: int, total: int) -> None:
@@ -535,6 +599,8 @@ def _progress(columns: Sequence[Any], plain_line: str) -> Iterator[Any]:
 
 
 def models_table(rows: Sequence[dict[str, Any]]) -> None:
+    from rich.table import Table
+
     from llmrun.memory import format_bytes
     from llmrun.resolve import quant_of
 
@@ -557,15 +623,20 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
 def work_progress() -> Iterator[Any]:
     """A progress callback (what, done, total) for counted work (tensors): a Rich bar with
     the count and elapsed time on a terminal; a plain line every 10% otherwise."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    def columns() -> tuple[Any, ...]:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        return (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
     with _progress(columns, "{name}: {done} of {total}") as update:
         yield update
 
 
 def hits(found: Sequence[Any], preview_lines: int = 6) -> None:
     """Retrieved chunks, best first: rank, score, source, then the start of the text (stdout)."""
+    from rich.text import Text
+
     console = out_console()
     for rank, hit in enumerate(found, start=1):
         line = Text(f"{rank:>2}  ", style="bold")
@@ -581,6 +652,8 @@ def hits(found: Sequence[Any], preview_lines: int = 6) -> None:
 
 def sources(used: Sequence[Any]) -> None:
     """The passages an answer was given from, after it (stdout: they belong to the answer)."""
+    from rich.text import Text
+
     console = out_console()
     console.print(Text("\nSources:", style="bold"))
     for number, hit in enumerate(used, start=1):
@@ -592,6 +665,8 @@ def sources(used: Sequence[Any]) -> None:
 
 def context(prompt: str) -> None:
     """The prompt text retrieval built, as injected (stderr, so the answer stays alone on stdout)."""
+    from rich.text import Text
+
     console = err_console()
     console.rule("context given to the model", style="dim")
     console.print(Text(prompt, style="dim"))

@@ -65,6 +65,38 @@ def test_python_dash_m_and_help_keep_heavy_modules_out() -> None:
     assert llmrun(["--help"]).returncode == 0
 
 
+def test_a_command_imports_its_own_module_and_not_the_others() -> None:
+    probe = (
+        "import sys\n"
+        "from llmrun.cli.app import main\n"
+        "sys.argv = ['llmrun', '--debug', 'run', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('llmrun.cli.')), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "'llmrun.cli.run'" in result.stderr and "--max-tokens" in result.stdout
+    for other in ("serve", "quantize", "batch", "index", "convert", "bench"):
+        assert f"'llmrun.cli.{other}'" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["run", "hi"], "run"),
+        (["--debug", "index", "add"], "index"),
+        (["--offline", "--debug", "chat"], "chat"),
+        (["--help"], None),
+        (["--version", "run"], None),
+        (["nonsense"], None),
+        ([], None),
+    ],
+)
+def test_the_command_is_found_past_the_roots_options(argv: list[str], command: str | None) -> None:
+    from llmrun.cli.app import command_named
+
+    assert command_named(argv) == command
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -121,4 +121,4 @@ def test_the_tensor_type_table_agrees_with_the_gguf_package() -> None:
     from llmrun.gguf_header import GGML_TYPES
 
     theirs = {t.value: (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType}
-    assert GGML_TYPES == theirs
+    assert theirs == GGML_TYPES
