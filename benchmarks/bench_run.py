@@ -214,7 +214,7 @@ def bench_start(runs: int) -> None:
         }
         walls: dict[str, list[float]] = {name: [] for name in commands}
         peaks: dict[str, list[int]] = {name: [] for name in commands}
-        for name, command in commands.items():  # warm the page cache, untimed
+        for command in commands.values():  # warm the page cache, untimed
             _child(command)
         for _ in range(runs):
             for name, command in commands.items():
