@@ -103,44 +103,84 @@ def _root(
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
 
 
-# command name -> (module in llmrun.cli, function); ``index`` is a group of its own
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("run", "run"),
-    "chat": ("chat", "chat"),
-    "batch": ("batch", "batch"),
-    "serve": ("serve", "serve"),
-    "tokenize": ("inspect", "tokenize"),
-    "next": ("inspect", "next_token"),
-    "show": ("models", "show"),
-    "pull": ("models", "pull"),
-    "list": ("models", "list_models"),
-    "rm": ("models", "rm"),
-    "bench": ("bench", "bench"),
-    "convert": ("convert", "convert"),
-    "quantize": ("quantize", "quantize"),
-    "eval": ("quantize", "evaluate"),
-    "doctor": ("doctor", "doctor"),
+# command name -> (module in llmrun.cli, function, the line the root --help lists it with)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("run", "run", "Run one prompt and stream the answer."),
+    "chat": ("chat", "chat", "Chat with a model."),
+    "batch": (
+        "batch",
+        "batch",
+        "Generate answers for many prompts with continuous batching; results as JSONL in input order.",
+    ),
+    "serve": (
+        "serve",
+        "serve",
+        "Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).",
+    ),
+    "tokenize": ("inspect", "tokenize", "Show how a model splits text into tokens: ids, pieces, counts."),
+    "next": (
+        "inspect",
+        "next_token",
+        "One forward pass: the most likely next tokens, and what temperature, top-k, top-p and min-p do to them.",
+    ),
+    "show": ("models", "show", "Architecture, size, tensor types, chat template, licence, and a memory plan."),
+    "pull": ("models", "pull", "Download a model from the Hugging Face Hub into the local store, verified by sha256."),
+    "list": ("models", "list_models", "The models in the local store: name, quant, size, when pulled, where."),
+    "rm": ("models", "rm", "Remove a pulled model and its files (only files no other model uses)."),
+    "bench": (
+        "bench",
+        "bench",
+        "Measure prompt processing (pp) and generation (tg) speed, time to first token and memory.",
+    ),
+    "convert": ("convert", "convert", "Convert a GGUF into an MLX model directory, or into an unquantized GGUF."),
+    "quantize": (
+        "quantize",
+        "quantize",
+        "Quantize a model to 4 or 8 bits, register it, and report what it cost in quality against the source.",
+    ),
+    "eval": ("quantize", "evaluate", "Measure a model against a reference on a fixed text: perplexity, KL, top-1."),
+    "doctor": (
+        "doctor",
+        "doctor",
+        "Check this machine: platform, Python, llama.cpp and MLX builds, GPU offload, memory, disk, paths.",
+    ),
 }
-GROUPS = {"index": "index"}
-
-
+GROUPS = {"index": ("index", "Index local documents for answers grounded in them (llmrun run --rag NAME).")}
 _registered: set[str] = set()
 
 
 def build(only: str | None = None) -> typer.Typer:
     """The app with its commands: ``only`` that one (the command line names it: its module alone is
-    imported, so ``llmrun run`` does not import the server, the quantizer, …), else all of them (help)."""
+    imported, so ``llmrun run`` does not import the server, the quantizer, …), else all of them."""
     import importlib
 
-    for name, (module, function) in COMMANDS.items():
+    for name, (module, function, summary) in COMMANDS.items():
         if (only is None or only == name) and name not in _registered:
-            app.command(name)(getattr(importlib.import_module(f"llmrun.cli.{module}"), function))
+            command = getattr(importlib.import_module(f"llmrun.cli.{module}"), function)
+            app.command(name, short_help=summary)(command)
             _registered.add(name)
-    for name, module in GROUPS.items():
+    for name, (module, summary) in GROUPS.items():
         if (only is None or only == name) and name not in _registered:
-            app.add_typer(importlib.import_module(f"llmrun.cli.{module}").app, name=name)
+            app.add_typer(importlib.import_module(f"llmrun.cli.{module}").app, name=name, short_help=summary)
             _registered.add(name)
     return app
+
+
+def listing() -> typer.Typer:
+    """The app as the root's help shows it: every command by name and summary, none of their modules
+    imported (``llmrun --help`` costs what a two-command Typer app's does). Only help is shown from it;
+    a command line that names a command gets :func:`build`'s real one."""
+    summaries = {name: summary for name, (*_, summary) in COMMANDS.items()}
+    summaries |= {name: summary for name, (_, summary) in GROUPS.items()}
+    for name, summary in summaries.items():
+        if name not in _registered:
+            app.command(name, short_help=summary, help=summary)(_not_loaded)
+            _registered.add(name)
+    return app
+
+
+def _not_loaded() -> None:
+    raise LlmrunError("this command was not loaded", "run it as `llmrun COMMAND …`")
 
 
 def command_named(argv: list[str]) -> str | None:
@@ -155,4 +195,5 @@ def command_named(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    build(command_named(sys.argv[1:]))()
+    command = command_named(sys.argv[1:])
+    (build(command) if command is not None else listing())()

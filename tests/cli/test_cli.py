@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,6 +79,39 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
     assert "'llmrun.cli.run'" in result.stderr and "--max-tokens" in result.stdout
     for other in ("serve", "quantize", "batch", "index", "convert", "bench"):
         assert f"'llmrun.cli.{other}'" not in result.stderr
+
+
+def test_the_root_help_lists_every_command_without_importing_them() -> None:
+    from llmrun.cli.app import COMMANDS, GROUPS
+
+    probe = (
+        "import sys\n"
+        "from llmrun.cli.app import main\n"
+        "sys.argv = ['llmrun', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('llmrun.cli.')), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "COLUMNS": "300"}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    assert "LOADED ['llmrun.cli.app', 'llmrun.cli.flags']" in result.stderr or "LOADED ['llmrun.cli.app']" in (
+        result.stderr
+    )
+    for name, (*_, summary) in {**COMMANDS, **GROUPS}.items():
+        assert re.search(rf"\b{name}\s+{re.escape(summary)}", result.stdout), name
+
+
+def test_each_command_is_listed_with_the_summary_it_shows_when_loaded() -> None:
+    import typer
+    import typer.main
+
+    from llmrun.cli.app import COMMANDS, GROUPS, build
+
+    group: Any = typer.main.get_command(build())
+    context = typer.Context(group)
+    shown = {
+        name: group.get_command(context, name).get_short_help_str(limit=500) for name in group.list_commands(context)
+    }
+    assert shown == {name: summary for name, (*_, summary) in {**COMMANDS, **GROUPS}.items()}
 
 
 @pytest.mark.parametrize(
