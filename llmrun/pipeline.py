@@ -74,7 +74,9 @@ def locate(
 def _gguf_header(path: Path) -> GgufHeader:
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a GGUF file", "for an MLX model directory use `backend` mlx")
-    return read_header(path)
+    from llmrun.header_cache import cached_header
+
+    return cached_header(path, read_header)
 
 
 @dataclass(frozen=True, slots=True)
