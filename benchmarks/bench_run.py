@@ -244,12 +244,14 @@ def main() -> None:
     parser.add_argument("--start-runs", type=int, default=7)
     parser.add_argument("--only", choices=("generation", "help", "start"), default=None)
     args = parser.parse_args()
-    if args.only in (None, "generation"):
-        bench_generation(args.rounds, args.tokens)
-    if args.only in (None, "help"):
-        bench_help(args.help_runs)
+    # whole processes first: a child's peak memory counts what it shares with this process when forked
+    # (before it runs its own program), which must not be models this process loaded
     if args.only in (None, "start"):
         bench_start(args.start_runs)
+    if args.only in (None, "help"):
+        bench_help(args.help_runs)
+    if args.only in (None, "generation"):
+        bench_generation(args.rounds, args.tokens)
 
 
 if __name__ == "__main__":

@@ -230,7 +230,9 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
             render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
             continue
         how = f"{config.parallel} in parallel" if s.scheduler.batching else f"one at a time ({s.scheduler.unbatched})"
-        render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}")
+        draft = s.scheduler.entry.plan.draft
+        drafting = f", drafting: {draft.value} (up to {draft.tokens} tokens)" if draft.on else ""
+        render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}{drafting}")
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
     base = f"http://{_shown_host(host)}:{port}"

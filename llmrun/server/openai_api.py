@@ -366,16 +366,23 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
 
 def usage(results: Sequence[Result], n: int = 1) -> dict[str, Any]:
     """OpenAI's usage object for ``results`` in choice order, ``n`` choices per prompt: each prompt
-    counts once, as OpenAI counts it; ``cached_tokens`` are those an earlier request's KV cells held."""
+    counts once, as OpenAI counts it; ``cached_tokens`` are those an earlier request's KV cells held;
+    speculative decoding's drafted tokens are reported as OpenAI reports predicted outputs' (kept:
+    ``accepted_prediction_tokens``, refused: ``rejected_prediction_tokens``)."""
     firsts = results[::n]
     prompt = sum(r.prompt_tokens for r in firsts)
     completion = sum(r.generated_tokens for r in results)
     cached = sum(r.cached_tokens for r in firsts)
+    accepted = sum(r.accepted for r in results)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": sum(r.drafted for r in results) - accepted,
+        },
     }
 
 

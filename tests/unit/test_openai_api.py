@@ -118,6 +118,12 @@ def test_finish_reasons_and_usage() -> None:
         "completion_tokens": 10,
         "total_tokens": 20,
         "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+    }
+    drafted = dataclasses.replace(results[1], drafted=6, accepted=4)
+    assert api.usage([results[0], drafted])["completion_tokens_details"] == {
+        "accepted_prediction_tokens": 4,
+        "rejected_prediction_tokens": 2,
     }
     cached = dataclasses.replace(results[0], cached_tokens=4)
     assert api.usage([cached])["prompt_tokens_details"] == {"cached_tokens": 4}
