@@ -210,21 +210,6 @@ class Tally:
             self.steps += 1
 
 
-def acceptance(drafted: int, accepted: int) -> float | None:
-    return accepted / drafted if drafted else None
-
-
-def verify(drafted: Sequence[int], sampled: Sequence[int]) -> int:
-    """How many drafted tokens the target's own samples confirm: the length of the common prefix
-    (``sampled`` has one token per checked position; the first that differs replaces the draft)."""
-    kept = 0
-    for draft, token in zip(drafted, sampled, strict=False):
-        if draft != token:
-            break
-        kept += 1
-    return kept
-
-
 def check_vocabulary(target: LoadedModel, draft: LoadedModel, draft_name: str, sizes: tuple[int, int]) -> None:
     """A draft must spell tokens as the model does (llama.cpp's check: vocabulary sizes within 128 of
     each other, the same start and end tokens, the same bytes for the tokens both have — here the first
