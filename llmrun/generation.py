@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llmrun.backends.base import Candidate, Done, FinishReason, GenerationStats, Token
 from llmrun.errors import ContextFull, LlmrunError
 from llmrun.sampling import SamplingParams, log_softmax, top_indices
+from llmrun.speculative import Tally
 from llmrun.textstream import StopMatcher, Utf8Stream
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class Assembler:
         self._parts: list[str] = []
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = 0  # set by a decoder that kept some of the prompt's KV cells
-        self.drafted = self.accepted = 0  # set by a decoder that drafts (speculative decoding)
+        self.tally = Tally()  # speculative decoding: what a decoder that drafts drafted and kept
         self.seed = seed
         self.generated = 0
         self.finish: FinishReason | None = None
@@ -137,8 +138,8 @@ class Assembler:
             stop_string=self._stops.stopped_by,
             cached_tokens=self.cached_tokens,
             valid=self._valid(),
-            drafted=self.drafted,
-            accepted=self.accepted,
+            drafted=self.tally.drafted,
+            accepted=self.tally.accepted,
         )
         return (Token(-1, tail) if tail else None), Done("".join(self._parts), stats)
 
@@ -166,18 +167,26 @@ def assemble(
     score: Scorer | None = None,
     cached_tokens: int = 0,
     constraint: Constraint | None = None,
+    tally: Tally | None = None,
+    started: float | None = None,
 ) -> Iterator[Token | Done]:
     """Drive an :class:`Assembler` from a backend's token iterator.
 
     ``score(token_id)`` (when given) is called as each token arrives, before the
     backend moves on, and returns its log-probability and the top alternatives.
     ``cached_tokens`` of the prompt were already in the backend's cache; ``constraint`` is the
-    format the backend constrained the tokens to (its state says whether the answer is whole).
+    format the backend constrained the tokens to (its state says whether the answer is whole);
+    ``tally`` counts what the backend drafted and kept as it goes (speculative decoding);
+    ``started`` is when the backend began on the prompt, when that was before this call.
     """
     assembler = Assembler(
         piece, is_end, prompt_tokens=prompt_tokens, n_ctx=n_ctx, params=params, seed=seed, constraint=constraint
     )
     assembler.cached_tokens = cached_tokens
+    if tally is not None:
+        assembler.tally = tally
+    if started is not None:
+        assembler.started = started
     try:
         for token_id in sampled:
             token = assembler.push(token_id, score)

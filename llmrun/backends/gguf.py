@@ -83,6 +83,20 @@ def sampler_chain(params: SamplingParams, seed: int, n_vocab: int, window: int) 
     return chain
 
 
+def sample_row(ctx: Any, chain: Any, row: int, n_vocab: int, constraint: Constraint | None = None) -> int:
+    """The token ``chain`` samples from the logits of batch row ``row`` of ``ctx``: under ``constraint``
+    (which masks them first, in place, since llama.cpp's sampler reads them there, and then follows
+    the token)."""
+    if constraint is not None:
+        import numpy as np
+
+        constraint.mask(np.ctypeslib.as_array(ctx.get_logits_ith(row), shape=(n_vocab,)))
+    token = int(chain.sample(ctx, row))
+    if constraint is not None:
+        constraint.accept(token)
+    return token
+
+
 def _masker(constraint: Constraint) -> Callable[[Any, Any], Any]:
     """A llama-cpp-python logits processor: called with the tokens so far before each sampled token."""
 

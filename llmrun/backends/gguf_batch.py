@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Done, Token
-from llmrun.backends.gguf import sampler_chain
+from llmrun.backends.gguf import sample_row, sampler_chain
 from llmrun.errors import LlmrunError
 from llmrun.generation import Assembler
 from llmrun.memory import N_BATCH
-from llmrun.speculative import Gate, PromptLookup, Tally
+from llmrun.speculative import Gate, PromptLookup
 from llmrun.tokens import common_prefix, reusable
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ class _Slot:
     lookup: PromptLookup | None = None  # speculative decoding: this sequence's drafter
     gate: Gate | None = None  # auto: how much to draft, by what pays
     drafts: list[int] = field(default_factory=list)  # this step's draft, after ``last``
-    tally: Tally = field(default_factory=Tally)
     shown: list[Token] = field(default_factory=list)  # this step's tokens to report
 
 
@@ -209,12 +208,7 @@ class BatchDecoder:
     def _sample(self, slot: _Slot) -> int:
         """The slot's token from the logits at its ``sample_at`` row, accounted for (shown tokens kept in ``shown``)."""
         assert slot.sample_at is not None
-        constraint = slot.assembler.constraint
-        if constraint is not None:  # llama.cpp's sampler reads the logits we mask in place
-            constraint.mask(self._logits(slot.sample_at))
-        token_id = int(slot.sampler.sample(self._ctx, slot.sample_at))
-        if constraint is not None:
-            constraint.accept(token_id)
+        token_id = sample_row(self._ctx, slot.sampler, slot.sample_at, self._n_vocab, slot.assembler.constraint)
         token = slot.assembler.push(token_id, self._scorer(slot) if slot.logprobs else None)
         slot.last = token_id
         if token is not None:
@@ -249,13 +243,12 @@ class BatchDecoder:
     def _keep_draft(self, slot: _Slot, kept: int) -> None:
         """Drop the cells of the drafted tokens the model refused (the step put ``last`` and the draft in)."""
         drafted = len(slot.drafts)
-        slot.tally.record(drafted, kept)
+        slot.assembler.tally.record(drafted, kept)
         refused = drafted - kept
         if refused:
             slot.pos -= refused
             del slot.cached[slot.pos :]
             self._ctx.kv_cache_seq_rm(slot.seq, slot.pos, -1)
-        slot.assembler.drafted, slot.assembler.accepted = slot.tally.drafted, slot.tally.accepted
 
     def cancel(self, index: int) -> Done | None:
         """End the sequence of request ``index`` now (its text so far); None when it is not running."""

@@ -17,7 +17,6 @@ KV prefix as before. Cells of drafted tokens that were evaluated but not kept de
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,11 +56,9 @@ def _decode_all(llama: Any, tokens: Sequence[int]) -> None:
 
 
 class _Position:
-    """The batch row the latest token was sampled from (-1: the prefill's last), for its log-probability;
-    and how many prompt tokens the KV cache already held."""
+    """The batch row the latest token was sampled from (-1: the prefill's last), for its log-probability."""
 
     row = -1
-    cached = 0
 
 
 def speculative_stream(
@@ -80,11 +77,10 @@ def speculative_stream(
     tally = Tally()
     position = _Position()
     budget, _ = token_budget(len(ids), model.n_ctx, params)  # raises ContextFull before any work
+    started = time.perf_counter()  # the prefill is the first token's time, as on the plain path
+    cached = prefill(model.llama, ids)
     sampled = _sampled(model, ids, params, seed, drafter, draft_tokens, gate, tally, position, budget, constraint)
-    scorer = None
-    if logprobs > 0:
-        scorer = _scorer(model, position, logprobs)
-    for event in assemble(
+    yield from assemble(
         sampled,
         model.piece,
         model.is_end,
@@ -92,15 +88,12 @@ def speculative_stream(
         n_ctx=model.n_ctx,
         params=params,
         seed=seed,
-        score=scorer,
+        score=_scorer(model, position, logprobs) if logprobs > 0 else None,
+        cached_tokens=cached,
         constraint=constraint,
-    ):
-        if isinstance(event, Done):
-            stats = dataclasses.replace(
-                event.stats, cached_tokens=position.cached, drafted=tally.drafted, accepted=tally.accepted
-            )
-            event = Done(event.text, stats)
-        yield event
+        tally=tally,
+        started=started,
+    )
 
 
 def _scorer(model: GgufModel, position: _Position, n: int) -> Callable[[int], Any]:
@@ -128,9 +121,8 @@ def _sampled(
     budget: int,
     constraint: Constraint | None,
 ) -> Iterator[int]:
-    """The target's sampled tokens (the prompt evaluated first, inside the assembler's clock), checking a
-    draft at every step."""
-    from llmrun.backends.gguf import sampler_chain
+    """The target's sampled tokens, checking a draft at every step (the prompt is already evaluated)."""
+    from llmrun.backends.gguf import sample_row, sampler_chain
 
     llama = model.llama
     n_vocab = int(llama.n_vocab())
@@ -138,18 +130,10 @@ def _sampled(
     chain = sampler_chain(params, seed or 0, n_vocab, window)
 
     def sample(row: int) -> int:
-        if constraint is not None:  # llama.cpp's sampler reads the logits we mask in place
-            import numpy as np
-
-            constraint.mask(np.ctypeslib.as_array(llama._ctx.get_logits_ith(row), shape=(n_vocab,)))
-        token = int(chain.sample(llama._ctx, row))
-        if constraint is not None:
-            constraint.accept(token)
         position.row = row
-        return token
+        return sample_row(llama._ctx, chain, row, n_vocab, constraint)
 
     try:
-        position.cached = prefill(llama, ids)
         token = sample(-1)
         history = [*ids, token]
         produced = 1

@@ -344,15 +344,15 @@ class MlxModel:
         drafts ``draft.tokens`` and ends with a token of the model's own, so the rounds give what was drafted.
         The model samples each position itself and keeps the draft while they agree, so the output has the
         model's distribution whatever the draft's."""
-        import dataclasses
-
         import mlx.core as mx
         from mlx_lm.generate import speculative_generate_step
+
+        from llmrun.speculative import Tally
 
         assert self._draft_model is not None
         budget, _ = token_budget(len(ids), self.n_ctx, params)
         last: dict[str, Any] = {}
-        counts = {"accepted": 0, "rounds": 0}
+        tally = Tally()
         self.reused = 0
 
         def sampled() -> Generator[int, None, None]:
@@ -370,13 +370,17 @@ class MlxModel:
             )
             try:
                 for token, token_logprobs, from_draft in steps:
-                    counts["accepted" if from_draft else "rounds"] += 1
+                    if from_draft:
+                        tally.accepted += 1
+                    else:  # a round's own token: the round drafted draft.tokens
+                        tally.drafted += self.draft.tokens
+                        tally.steps += 1
                     last["logprobs"] = token_logprobs
                     yield int(token)
             finally:
                 steps.close()
 
-        for event in assemble(
+        yield from assemble(
             sampled(),
             self.token_bytes,
             self.is_end,
@@ -386,12 +390,8 @@ class MlxModel:
             seed=seed,
             score=self._scorer(last, logprobs) if logprobs > 0 else None,
             constraint=constraint,
-        ):
-            if isinstance(event, Done):
-                drafted = counts["rounds"] * self.draft.tokens
-                stats = dataclasses.replace(event.stats, drafted=drafted, accepted=counts["accepted"])
-                event = Done(event.text, stats)
-            yield event
+            tally=tally,
+        )
 
     def _scorer(self, last: dict[str, Any], n: int) -> Callable[[int], tuple[float, tuple[Candidate, ...]]]:
         """Scores each token from the log-probabilities generate_step sampled it from."""
