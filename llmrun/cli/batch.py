@@ -223,13 +223,13 @@ def _generate(
     n_ctx: int,
     writer: OrderedWriter,
 ) -> None:
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.engine import Result
 
     started = time.perf_counter()
     tokens = failed = done = 0
     results = engine.complete_many(entry, requests, parallel, n_ctx)
-    with render.batch_progress(len(requests)) as progress, contextlib.closing(results):
+    with bars.batch_progress(len(requests)) as progress, contextlib.closing(results):
         for index, result in results:
             item = items[index]
             if isinstance(result, Result):

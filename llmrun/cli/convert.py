@@ -46,7 +46,7 @@ def convert(
       llmrun convert gemma3:270m --to gguf --type f16 -o gemma-270m-f16.gguf
       llmrun convert ./all-MiniLM-L6-v2 --to gguf -o all-minilm-l6-v2-f16.gguf
     """
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.memory import format_bytes
     from llmrun.pipeline import locate
@@ -62,11 +62,11 @@ def convert(
 
     if not this_platform().mlx_installed:
         raise UsageError("converting to MLX needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")
-    with render.download_progress() as progress:
+    with bars.download_progress() as progress:
         located = locate(load_registry(), source, progress, backend="gguf")
     dest = output or Path(f"{_base_name(located)}-mlx-{bits}bit")
     shown = _shown(dest)
-    with render.work_progress() as progress:
+    with bars.work_progress() as progress:
         result = gguf_to_mlx(located.model.path, dest, bits=bits, group_size=group_size, force=force, progress=progress)
     render.note(
         f"wrote {result.path} ({result.architecture}, {bits}-bit: {result.bits_per_weight:.2f} bits per weight, "
@@ -86,7 +86,7 @@ def _shown(path: Path) -> str:
 
 
 def _to_gguf(source: str, out_type: str, output: Path | None, force: bool) -> None:
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.memory import format_bytes
     from llmrun.pipeline import locate
@@ -98,15 +98,15 @@ def _to_gguf(source: str, out_type: str, output: Path | None, force: bool) -> No
 
         directory = Path(source)
         dest = output or Path(f"{directory.resolve().name.lower()}-{kind.lower()}.gguf")
-        with render.work_progress() as progress:
+        with bars.work_progress() as progress:
             result = hf_to_gguf(directory, dest, kind, force=force, progress=progress)
     else:
-        with render.download_progress() as progress:
+        with bars.download_progress() as progress:
             located = locate(load_registry(), source, progress, backend="gguf")
         dest = output or Path(f"{_base_name(located)}-{kind.lower()}.gguf")
         if dest.resolve() == located.model.path.resolve():
             raise UsageError("the output would replace the source", "choose another -o")
-        with render.work_progress() as progress:
+        with bars.work_progress() as progress:
             result = gguf_to_float(located.model.path, dest, kind, force=force, progress=progress)
     render.note(
         f"wrote {result.path} ({result.architecture}, {kind}, {result.tensors} tensors, "

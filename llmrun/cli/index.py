@@ -22,14 +22,14 @@ app = typer.Typer(
 
 def model_opener() -> Any:
     """``name → EmbeddingModel``, resolving (and pulling, with progress) through the registry."""
-    from llmrun.cli import render
+    from llmrun.cli import bars
     from llmrun.config import load_registry
     from llmrun.rag.embedding import embedding_model
 
     registry = load_registry()
 
     def open_model(name: str) -> EmbeddingModel:
-        with render.download_progress() as progress:
+        with bars.download_progress() as progress:
             return embedding_model(registry, name, progress)
 
     return open_model
@@ -69,7 +69,7 @@ def add(
 
       llmrun index add docs/ README.md -c project --embed-model bge-m3
     """
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.rag import index
     from llmrun.rag.store import check_name, open_store
 
@@ -77,7 +77,7 @@ def add(
     opener = model_opener()
     chosen = opener(embed_model) if embed_model else None
     vector_store = open_store(store)
-    with render.work_progress() as progress:
+    with bars.work_progress() as progress:
         report = index.add(vector_store, collection, paths, chosen, opener, chunk_tokens, overlap, progress)
     for skipped in report.skipped:
         render.note(f"skipped {skipped.path}: {skipped.why}")

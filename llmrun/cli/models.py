@@ -156,7 +156,7 @@ def pull(
     Example: llmrun pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0
     """
     from llmrun.backends import select
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.refs import ModelRef
     from llmrun.resolve import resolve
@@ -166,7 +166,7 @@ def pull(
         raise UsageError(f"{model} is a local path", "pull takes a model name; run a file with llmrun run -m PATH")
     registry = load_registry()
     choice = select.choose_for(backend, model, ref, registry)
-    with render.download_progress() as progress:
+    with bars.download_progress() as progress:
         resolved = resolve(ref, registry, progress, choice.backend)
     detail = resolved.detail or resolved.name
     render.note(detail if detail.startswith(resolved.name) else f"{resolved.name}: {detail}")

@@ -79,7 +79,7 @@ def quantize(
       llmrun quantize ./gemma-f16.gguf --type Q8_0
       llmrun quantize ./gemma-mlx-16bit --bits 4
     """
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.memory import format_bytes
     from llmrun.quantize import job
@@ -92,7 +92,7 @@ def quantize(
         source, bits, qtype, fmt, group_size, output, name, force, allow_requantize, imatrix, threads or 0
     )
     report, report_error = None, None
-    with render.work_progress() as progress, job.quantize(request, load_registry(), progress) as outcome:
+    with bars.work_progress() as progress, job.quantize(request, load_registry(), progress) as outcome:
         for line in outcome.notes:
             render.note(line)
         size = tree_size(outcome.path)
@@ -136,7 +136,7 @@ def evaluate(
 
     Example: llmrun eval gemma3-270m-q4_k_m --ref ./gemma-f16.gguf
     """
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.quantize.evaluate import describe
     from llmrun.resolve import resolve
@@ -146,7 +146,7 @@ def evaluate(
     registry = load_registry()
     from llmrun.refs import ModelRef
 
-    with render.download_progress() as progress:
+    with bars.download_progress() as progress:
         candidate = resolve(ModelRef.parse(model), registry, progress, _backend_of(model))
         if ref is None:
             reference_path = _recorded_source(candidate.name)
@@ -154,7 +154,7 @@ def evaluate(
         else:
             resolved = resolve(ModelRef.parse(ref), registry, progress, _backend_of(ref))
             reference_path, reference_name = resolved.path, resolved.name
-    with render.work_progress() as work:
+    with bars.work_progress() as work:
         report = _measure(
             describe(reference_name, reference_path), describe(candidate.name, candidate.path),
             eval_text, tokens, threads, work,

@@ -165,13 +165,13 @@ def plan(
     draft: Draft | None = None,
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
-    from llmrun.cli import render
+    from llmrun.cli import bars, render
     from llmrun.config import load_registry
     from llmrun.pipeline import load_defaults, plan_run
     from llmrun.sysinfo import available_memory
 
     registry = load_registry()
-    with render.download_progress() as progress:
+    with bars.download_progress() as progress:
         run_plan = plan_run(
             registry,
             model,
