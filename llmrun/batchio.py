@@ -2,7 +2,9 @@
 
 Input: one prompt per line, or JSONL objects ``{"id", "prompt"}`` / ``{"id", "messages"}``
 with optional per-line ``max_tokens``, ``temperature`` and ``seed``, and the answer's format:
-``response_format`` (OpenAI's shape) or ``schema`` (a JSON Schema). Output: JSONL, one
+``response_format`` (OpenAI's shape) or ``schema`` (a JSON Schema); or the OpenAI Batch API's
+input lines ``{"custom_id", "method", "url", "body"}``, answered in its output shape, so a job
+moves between a cloud batch API and llmrun unchanged. Output: JSONL, one
 object per input, in input order, each line written (and flushed) as soon as it and
 every line before it are done, so an interrupted run leaves a valid prefix that
 ``--resume`` continues from.
@@ -34,10 +36,27 @@ class Item:
     overrides: dict[str, Any] = field(default_factory=dict)
     raw_id: str | int | None = None  # the id as written in the input (line number for text input)
     response_format: Format | None = None  # this line's answer format (None: the command's)
+    openai: OpenAiLine | None = None  # an OpenAI Batch API line (its body is parsed as the server parses one)
 
     @property
     def output_id(self) -> str | int:
         return self.raw_id if self.raw_id is not None else int(self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAiLine:
+    """An OpenAI Batch API request: ``url`` is /v1/chat/completions or /v1/completions."""
+
+    url: str
+    body: dict[str, Any]
+
+    @property
+    def chat(self) -> bool:
+        return self.url == "/v1/chat/completions"
+
+
+OPENAI_URLS = ("/v1/chat/completions", "/v1/completions")
+OPENAI_KEYS = ("custom_id", "method", "url", "body")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +90,8 @@ def _json_item(number: int, text: str) -> Item | LineError:
         return LineError(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
     if not isinstance(value, dict):
         return LineError(number, "expected a JSON object")
+    if "custom_id" in value:
+        return _openai_item(number, value)
     item_id = value.get("id", number)
     if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
         return LineError(number, "id must be a string or an integer")
@@ -106,6 +127,36 @@ def _json_item(number: int, text: str) -> Item | LineError:
 FORMATS = ("response_format", "schema")
 
 
+def _openai_item(number: int, value: dict[str, Any]) -> Item | LineError:
+    """An OpenAI Batch API line (its body is checked when the request is built, as the server checks one)."""
+    unknown = set(value) - set(OPENAI_KEYS)
+    if unknown:
+        return LineError(
+            number, f"unknown keys {sorted(unknown)} in an OpenAI batch line (allowed: {', '.join(OPENAI_KEYS)})"
+        )
+    custom_id = value["custom_id"]
+    if not isinstance(custom_id, str) or not custom_id:
+        return LineError(number, "custom_id must be a non-empty string")
+    if value.get("method", "POST") != "POST":
+        return LineError(number, 'method must be "POST"')
+    url = value.get("url")
+    if url not in OPENAI_URLS:
+        return LineError(number, f"url must be one of {', '.join(OPENAI_URLS)}, got {url!r}")
+    body = value.get("body")
+    if not isinstance(body, dict):
+        return LineError(number, "body must be a JSON object (the request's body)")
+    return Item(number, custom_id, raw_id=custom_id, openai=OpenAiLine(url, body))
+
+
+def openai_result(custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI Batch API output line (a request that failed has none: like the API's output file, the
+    output holds answers only, and ``--resume`` tries the failed ones again)."""
+    import uuid
+
+    response = {"status_code": 200, "request_id": f"req_{uuid.uuid4().hex[:24]}", "body": body}
+    return {"id": f"batch_req_{uuid.uuid4().hex[:24]}", "custom_id": custom_id, "response": response, "error": None}
+
+
 def _format(value: dict[str, Any]) -> Format | str | None:
     """The line's answer format, or what is wrong with it."""
     if "response_format" in value and "schema" in value:
@@ -132,7 +183,8 @@ def finished_ids(path: Path) -> set[str]:
     ids = set()
     for number, line in enumerate(keep.decode("utf-8", errors="replace").splitlines(), start=1):
         try:
-            ids.add(str(json.loads(line)["id"]))
+            record = json.loads(line)
+            ids.add(str(record["custom_id"] if "custom_id" in record else record["id"]))
         except (ValueError, KeyError, TypeError):
             raise UsageError(
                 f"{path}:{number} is not a batch result line", "`resume` needs the output of an earlier batch run"

@@ -95,15 +95,26 @@ class ChatSession:
         return self.model.n_ctx
 
     @property
+    def remote(self) -> bool:
+        """A remote engine's model: it renders the conversation itself, and fits it to its context."""
+        return getattr(self.model, "remote", False) is True
+
+    @property
     def context_used(self) -> int:
-        """Tokens the conversation occupies now (prompt and answers)."""
+        """Tokens the conversation occupies now (prompt and answers; on a remote engine, as of the last answer)."""
         if not self.turns and not self.system:
             return 0
+        if self.remote:
+            stats = self.last.stats if self.last else None
+            return stats.prompt_tokens + stats.generated_tokens if stats else 0
         return len(self.prompt(add_generation_prompt=False).ids)
 
     def reply(self, text: str) -> Generator[Token | Done, None, None]:
         """Add the user's message and stream the answer (kept in the history, even if cut short)."""
         self.turns.append(Turn("user", text))
+        if self.remote:
+            yield from self._remote()
+            return
         try:
             prompt, dropped = self._fit()
         except ContextFull:
@@ -117,6 +128,9 @@ class ChatSession:
             self.turns.pop()
         if not self.turns:
             raise UsageError("nothing to retry yet", "send a message first")
+        if self.remote:
+            yield from self._remote()
+            return
         prompt, dropped = self._fit()
         yield from self._generate(prompt, dropped)
 
@@ -194,6 +208,33 @@ class ChatSession:
             self.turns.append(Turn("assistant", text, done is None, thought))
             self._cached = ids + generated
             self.last = TurnReport(done.stats if done else None, len(ids), cached, dropped, done is None)
+
+    def _remote(self) -> Generator[Token | Done, None, None]:
+        """The answer from a remote engine, as the same events (its Result becomes the Done)."""
+        from llmrun.engine import Request, Result
+
+        request = Request(
+            messages=tuple(self.messages()), params=self.params, response_format=self.answer_format, think=self.think
+        )
+        answer: list[str] = []
+        reasoning: list[str] = []
+        result: Result | None = None
+        try:
+            for event in self.model.complete(request):  # type: ignore[attr-defined]
+                if isinstance(event, Result):
+                    result = event
+                    continue
+                answer.append(event.text)
+                reasoning.append(event.reasoning)
+                yield event
+            assert result is not None
+            yield Done(result.text, remote_stats(result))
+        finally:
+            thought = result.reasoning if result else ("".join(reasoning) or None)
+            text = result.text if result else "".join(answer)
+            self.turns.append(Turn("assistant", text, result is None, thought))
+            stats = remote_stats(result) if result else None
+            self.last = TurnReport(stats, stats.prompt_tokens if stats else 0, 0, 0, result is None)
 
     # --- settings ---------------------------------------------------------------
     def set_param(self, name: str, value: str) -> tuple[str, Any]:
@@ -301,6 +342,21 @@ def _parse_think(value: str) -> bool | None:
     if word in ("default", "auto"):
         return None
     raise UsageError(f"/set think takes on, off or default, got {value!r}", "e.g. /set think off")
+
+
+def remote_stats(result: Any) -> GenerationStats:
+    """A remote engine's Result as the statistics a local answer reports."""
+    decoded = result.generated_tokens - 1
+    tps = result.generation_tokens_per_s
+    return GenerationStats(
+        prompt_tokens=result.prompt_tokens,
+        generated_tokens=result.generated_tokens,
+        prompt_seconds=result.time_to_first_token_s,
+        generation_seconds=decoded / tps if decoded > 0 and tps > 0 else 0.0,
+        finish_reason=result.finish_reason,
+        seed=result.seed,
+        cached_tokens=result.cached_tokens,
+    )
 
 
 def _check_name(name: str) -> str:

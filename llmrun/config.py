@@ -96,6 +96,13 @@ class ModelEntry:
     draft: str | None = None  # speculative decoding: off, ngram, auto or a draft model's name
     defaults: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
     source: Path | None = None
+    endpoints: tuple[str, ...] = ()  # a remote engine's base URLs (OpenAI API), normalized
+    served: str | None = None  # the model as the endpoint serves it (TOML key ``model``; None: its only one)
+    api_key_env: str | None = None  # the environment variable holding the endpoint's key
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.endpoints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +128,11 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "template": str,
     "draft": str,
     "defaults": dict,
+    "endpoint": (str, list),
+    "model": str,
+    "api_key_env": str,
 }
+_LOCAL_SOURCES = ("embedded", "package", "gguf", "mlx")
 _GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
 _PACKAGE_KEYS: dict[str, type | tuple[type, ...]] = {
     "module": str,
@@ -211,6 +222,7 @@ class _Validator:
         mlx = table.get("mlx", {})
         if not all(isinstance(v, str) for v in mlx.values()):
             raise self.error((*where, "mlx"), 'expected bits = "repo" pairs')
+        endpoints = self.endpoints(table, where)
         return ModelEntry(
             name=name,
             description=table.get("description", ""),
@@ -224,7 +236,35 @@ class _Validator:
             draft=table.get("draft"),
             defaults=defaults,
             source=self.path,
+            endpoints=endpoints,
+            served=table.get("model"),
+            api_key_env=table.get("api_key_env"),
         )
+
+    def endpoints(self, table: Mapping[str, Any], where: tuple[str, ...]) -> tuple[str, ...]:
+        """A remote entry's endpoint URLs (``endpoint``: one URL or a list), normalized."""
+        from llmrun.errors import UsageError
+        from llmrun.remote.endpoint import base_url
+
+        if "endpoint" not in table:
+            for key in ("model", "api_key_env"):
+                if key in table:
+                    raise self.error((*where, key), "goes with `endpoint` (a remote engine's URL)")
+            return ()
+        local = [key for key in _LOCAL_SOURCES if key in table]
+        if local:
+            raise self.error((*where, local[0]), "a model with an `endpoint` runs there; it has no local files")
+        value = table["endpoint"]
+        urls = [value] if isinstance(value, str) else value
+        if not urls or not all(isinstance(u, str) for u in urls):
+            raise self.error((*where, "endpoint"), "expected a URL or a list of URLs")
+        env = table.get("api_key_env")
+        if env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env):
+            raise self.error((*where, "api_key_env"), "expected the name of an environment variable (not the key)")
+        try:
+            return tuple(base_url(u) for u in urls)
+        except UsageError as exc:
+            raise self.error((*where, "endpoint"), exc.message) from None
 
 
 @dataclass(frozen=True, slots=True)

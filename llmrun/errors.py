@@ -101,3 +101,15 @@ class BackendError(LlmrunError):
 
 class StoreError(LlmrunError):
     """The local model store could not be read or written."""
+
+
+class RemoteError(LlmrunError):
+    """A remote engine (an OpenAI-compatible server) that could not answer.
+
+    ``retryable``: another endpoint may well answer the same request (the host is down, overloaded
+    or failing), as opposed to a request the endpoint rejects (a bad setting, a missing model, a key)."""
+
+    def __init__(self, message: str, hint: str = "", *, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.retryable = retryable
+        self.status = status

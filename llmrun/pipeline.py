@@ -25,6 +25,7 @@ from llmrun.gguf_header import GgufHeader, check_loadable, is_embedding_model, r
 from llmrun.memory import Geometry, MemoryPlan, default_context, format_bytes, geometry, plan
 from llmrun.mlx_header import read_mlx_header
 from llmrun.refs import ModelRef
+from llmrun.remote.endpoint import Endpoint
 from llmrun.resolve import ResolvedModel, resolve
 from llmrun.sampling import SamplingParams, merge_layers
 from llmrun.speculative import Draft
@@ -57,6 +58,13 @@ def locate(
     else:
         name, source = default_model_name(registry)
     select.check_requested(backend)  # about the flag, not the model
+    entry = registry.get(name)
+    if entry is not None and entry.remote:
+        raise UsageError(
+            f"{name} runs on a remote engine ({', '.join(entry.endpoints)}), which offers completions only, "
+            "not the model's files, tokenizer or logits",
+            "use a local model for this command",
+        )
     try:
         ref = ModelRef.parse(name)
         choice = select.choose_for(backend, name, ref, registry, here)
@@ -93,6 +101,12 @@ class RunPlan:
     warnings: tuple[str, ...]
     draft: Draft = field(default_factory=Draft)  # speculative decoding
     draft_model: ResolvedModel | None = None  # the draft model, located (mode ``model``)
+    endpoints: tuple[Endpoint, ...] = ()  # backend ``remote``: where the model is served
+
+    @property
+    def extras(self) -> frozenset[str]:
+        """The sampling settings the user set (not defaults): a remote engine gets the non-OpenAI ones."""
+        return frozenset(name for name, source in self.sources.items() if source != "default")
 
     @property
     def system(self) -> str | None:
@@ -105,6 +119,17 @@ class RunPlan:
             ("model", self.model.name, self.model_source),
             ("backend", self.backend, self.backend_reason),
         ]
+        if self.backend == "remote":
+            rows[0] = ("model", self.model.name, self.model_source)
+            rows += [("endpoint", ", ".join(e.url for e in self.endpoints), self.sources["endpoint"])]
+            from llmrun.remote.wire import EXTRA_FIELDS
+
+            rows += [
+                (name, value, self.sources[name])
+                for name, value in self.sampling.to_dict().items()
+                if name not in EXTRA_FIELDS or self.sources[name] != "default"  # unsent: the engine's own applies
+            ]
+            return rows
         names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
         names += ["max_kv_size"] if self.backend == "mlx" else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
@@ -130,13 +155,19 @@ def plan_run(
     here: Platform | None = None,
     context_cap: int | None = None,
     draft: Draft | None = None,
+    endpoints: Sequence[str] = (),
 ) -> RunPlan:
     """Everything a run needs before loading: the model located, its settings merged by layer
     (default, models.toml, command line), and warnings. Without ``n_ctx`` the context is the
     trained length, at most 4096 (or ``context_cap``). ``draft`` (from the command line) turns speculative
-    decoding on or off, over the model's models.toml ``draft``."""
+    decoding on or off, over the model's models.toml ``draft``. ``endpoints`` (``--endpoint``): the model
+    is served there, under the name given (else the endpoint's only model); so is a models.toml entry
+    with an ``endpoint``."""
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
+    remote = plan_remote(registry, model_name, sampling_flags, load_flags, endpoints, draft)
+    if remote is not None:
+        return remote
     merge_layers(
         LoadParams, [("default", {"n_ctx": 4096, "n_threads": 1, "n_gpu_layers": 0}), (COMMAND_LINE, load_flags)]
     )
@@ -226,6 +257,65 @@ def plan_run(
     )
 
 
+def plan_remote(
+    registry: Registry,
+    model_name: str | None,
+    sampling_flags: Mapping[str, Any],
+    load_flags: Mapping[str, Any],
+    endpoints: Sequence[str],
+    draft: Draft | None,
+) -> RunPlan | None:
+    """The plan for a model served by remote engines (``--endpoint``, or a models.toml entry with an
+    ``endpoint``); None for a local model. Load settings belong to the engine: given, they are refused."""
+    from llmrun.remote.endpoint import DEFAULT_KEY_ENV, Endpoint, base_url
+
+    entry = None
+    if endpoints:
+        urls, source = tuple(base_url(url) for url in endpoints), COMMAND_LINE
+        chosen = tuple(Endpoint(url, model_name) for url in urls)
+        name = model_name or "the endpoint's model"
+        reason = "--endpoint"
+    else:
+        name, source = (model_name, COMMAND_LINE) if model_name else default_model_name(registry)
+        entry = registry.get(name)
+        if entry is None or not entry.remote:
+            return None
+        key_env = entry.api_key_env or DEFAULT_KEY_ENV
+        chosen = tuple(Endpoint(url, entry.served, key_env) for url in entry.endpoints)
+        reason = f"models.toml ({entry.source})" if entry.source else "models.toml"
+    given = [key for key, value in load_flags.items() if value is not None and key != "n_ctx"]
+    if given:
+        raise UsageError(
+            f"`{given[0]}` is set by the engine that serves the model, not here", f"drop `{given[0]}` for this model"
+        )
+    if draft is not None and draft.on:
+        raise UsageError(
+            "speculative decoding happens inside the engine that serves the model",
+            "drop `draft` (turn it on in that engine, e.g. vLLM's speculative_config)",
+        )
+    sampling, sources = merge_layers(
+        SamplingParams, [("models.toml", entry.defaults if entry else {}), (COMMAND_LINE, sampling_flags)]
+    )
+    n_ctx = load_flags.get("n_ctx") or (entry.context if entry else None) or 4096
+    load = LoadParams(n_ctx=n_ctx, n_threads=1, n_gpu_layers=0)
+    where = chosen[0].url
+    header = GgufHeader(Path(where), 0, {}, (), 0, 0)
+    resolved = ResolvedModel(name, Path(where), entry, f"served at {', '.join(e.url for e in chosen)}")
+    return RunPlan(
+        resolved,
+        source,
+        "remote",
+        reason,
+        header,
+        load,
+        sampling,
+        {**sources, "endpoint": reason, "n_ctx": COMMAND_LINE if load_flags.get("n_ctx") else "default"},
+        MemoryPlan(0, 0, 0, n_ctx),
+        (),
+        endpoints=chosen,
+    )
+
+
 def _draft_setting(command_line: Draft | None, toml: str | None) -> tuple[Draft, str]:
     """The draft setting and where it came from: the command line, else models.toml, else off."""
     if command_line is not None:
@@ -300,7 +390,13 @@ def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, f
 
 
 def load(run_plan: RunPlan) -> LoadedModel:
-    """The plan's model, loaded, with its draft (speculative decoding) attached."""
+    """The plan's model, loaded, with its draft (speculative decoding) attached; a remote engine's,
+    connected (nothing is sent until the first request)."""
+    if run_plan.backend == "remote":
+        from llmrun.backends.remote import RemoteModel
+
+        remote = RemoteModel(run_plan.endpoints, n_ctx=run_plan.load.n_ctx, extras=run_plan.extras)
+        return remote  # type: ignore[return-value]  # it completes requests, not token ids
     model = backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
     draft_path = run_plan.draft_model.path if run_plan.draft_model is not None else None
     try:

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,12 +16,14 @@ from llmrun.errors import InvalidParameter, UsageError, word
 
 if TYPE_CHECKING:
     from llmrun.batchio import Item, OrderedWriter
-    from llmrun.engine import Engine, LoadedEntry, Request
+    from llmrun.engine import Engine, LoadedEntry, Request, Result
     from llmrun.pipeline import RunPlan
     from llmrun.speculative import Draft
     from llmrun.structured import Format
 
 BATCH_CONTEXT = 2048  # per sequence, unless --ctx (at most the model's trained length)
+LOCAL_PARALLEL = 8
+DEFAULT_SLOTS = 4  # llmrun.remote.fleet.DEFAULT_SLOTS (not imported: the CLI starts without httpx)
 
 
 def batch(
@@ -30,7 +32,18 @@ def batch(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="JSONL results file. Default: stdout.", show_default=False)
     ] = None,
-    parallel: Annotated[int, typer.Option("--parallel", "-P", min=1, max=64, help="Sequences decoded together.")] = 8,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            "-P",
+            min=1,
+            max=64,
+            help=f"Sequences decoded together (default {LOCAL_PARALLEL}); with --endpoint, requests in flight per "
+            f"endpoint (default: the slots it reports, else {DEFAULT_SLOTS}).",
+            show_default=False,
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Skip ids already in --output and append the rest.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Stop at the first malformed input line.")] = False,
     temperature: o.TemperatureOpt = None,
@@ -65,13 +78,17 @@ def batch(
     answer_format: o.FormatOpt = None,
     schema: o.SchemaOpt = None,
     grammar: o.GrammarOpt = None,
+    endpoint: o.EndpointOpt = None,
 ) -> None:
     """Generate answers for many prompts with continuous batching; results as JSONL in input order.
 
     Per-line "max_tokens", "temperature" and "seed" in JSONL override the flags, and a line's
-    "response_format" (OpenAI's shape) or "schema" (a JSON Schema) its answer's format.
+    "response_format" (OpenAI's shape) or "schema" (a JSON Schema) its answer's format. OpenAI Batch
+    API lines ({"custom_id", "method", "url", "body"}) are answered in its output shape.
 
     Example: llmrun batch prompts.txt -o answers.jsonl --parallel 8 -n 64
+
+    Across a fleet: llmrun batch jobs.jsonl -o out.jsonl --endpoint http://gpu1:8000/v1 --endpoint http://gpu2:8000/v1
     """
     from llmrun import batchio
     from llmrun.cli import render
@@ -108,16 +125,26 @@ def batch(
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
     load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}
-    run_plan = plan(model, flags, load_flags, force, context_cap=BATCH_CONTEXT, draft=batch_draft(draft, draft_tokens))
-    if run_plan.backend == "mlx" and parallel > 1:
-        render.note("the MLX backend answers batch prompts one after another (--parallel 1)")
-        parallel = 1
-    _check_memory(run_plan, parallel, force)
+    run_plan = plan(
+        model,
+        flags,
+        load_flags,
+        force,
+        context_cap=BATCH_CONTEXT,
+        draft=batch_draft(draft, draft_tokens),
+        endpoints=endpoint or (),
+    )
+    if run_plan.backend != "remote":
+        parallel = parallel or LOCAL_PARALLEL
+        if run_plan.backend == "mlx" and parallel > 1:
+            render.note("the MLX backend answers batch prompts one after another (--parallel 1)")
+            parallel = 1
+        _check_memory(run_plan, parallel, force)
     if not todo:
         return
     handle: IO[str] = output.open("a", encoding="utf-8") if output is not None else sys.stdout
     try:
-        _run(run_plan, todo, parallel, Shape(system, raw, constrained, chosen, think), handle)
+        _run(run_plan, todo, parallel or 0, Shape(system, raw, constrained, chosen, think), handle)
     finally:
         if output is not None:
             handle.close()
@@ -181,6 +208,15 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
     requests: list[Request] = []
     kept: list[Item] = []
     for item in items:
+        if item.openai is not None:
+            built = _openai_request(run_plan, item)
+            if isinstance(built, str):
+                render.warn(f"line {item.line} (custom_id {item.id}): {built}; skipped")
+                writer.add(item.id, None)
+            else:
+                requests.append(built)
+                kept.append(item)
+            continue
         try:
             params = dataclasses.replace(run_plan.sampling, **item.overrides)
         except (InvalidParameter, TypeError) as exc:
@@ -209,9 +245,49 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
     try:
-        _generate(engine, entry, requests, kept, parallel, run_plan.load.n_ctx, writer)
+        _generate(engine, entry, requests, kept, parallel, run_plan, writer)
     finally:
         engine.close()
+
+
+def _openai_request(run_plan: RunPlan, item: Item) -> Request | str:
+    """An OpenAI Batch line's request, its body read as ``llmrun serve`` reads one (its ``model`` is the
+    job's, not this command's: the model is -m's, as a job moves between engines unchanged); or what is wrong."""
+    from llmrun.server import openai_api as api
+    from llmrun.server.errors import ApiError
+
+    assert item.openai is not None
+    body = {**item.openai.body, "model": item.openai.body.get("model") or run_plan.model.name}
+    parse = api.parse_chat if item.openai.chat else api.parse_completion
+    try:
+        call = parse(body, run_plan.sampling, api.Limits(max_tokens=run_plan.load.n_ctx))
+    except ApiError as exc:
+        return str(exc)
+    if len(call.requests) != 1:
+        return "a batch line asks for one answer (n 1, one prompt)"
+    return call.requests[0]
+
+
+def _record(item: Item, result: Result, model: str) -> dict[str, Any]:
+    """A result's output line: llmrun's shape, or the OpenAI Batch API's for its lines."""
+    if item.openai is None:
+        return {"id": item.output_id, **result.to_dict()}
+    import time as clock
+    import uuid
+
+    from llmrun import batchio
+    from llmrun.server import openai_api as api
+
+    chat = item.openai.chat
+    body = {
+        "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(clock.time()),
+        "model": model,
+        "choices": [(api.chat_choice if chat else api.completion_choice)(0, result, None)],
+        "usage": api.usage([result]),
+    }
+    return batchio.openai_result(item.id, body)
 
 
 def _generate(
@@ -220,7 +296,7 @@ def _generate(
     requests: list[Request],
     items: list[Item],
     parallel: int,
-    n_ctx: int,
+    run_plan: RunPlan,
     writer: OrderedWriter,
 ) -> None:
     from llmrun.cli import bars, render
@@ -228,13 +304,13 @@ def _generate(
 
     started = time.perf_counter()
     tokens = failed = done = 0
-    results = engine.complete_many(entry, requests, parallel, n_ctx)
+    results = engine.complete_many(entry, requests, parallel, run_plan.load.n_ctx)
     with bars.batch_progress(len(requests)) as progress, contextlib.closing(results):
         for index, result in results:
             item = items[index]
             if isinstance(result, Result):
                 tokens += result.generated_tokens
-                writer.add(item.id, {"id": item.output_id, **result.to_dict()})
+                writer.add(item.id, _record(item, result, run_plan.model.name))
             else:
                 failed += 1
                 render.warn(f"line {item.line} (id {item.id}): {result.message}; skipped")
@@ -242,7 +318,9 @@ def _generate(
             done += 1
             progress(done, tokens / (time.perf_counter() - started))
     elapsed = time.perf_counter() - started
+    endpoints = len(run_plan.endpoints)
+    how = f"over {endpoints} endpoint{'s' if endpoints > 1 else ''}" if endpoints else f"{parallel} in parallel"
     render.note(
         f"{done - failed} of {len(requests)} prompts answered, {tokens} tokens in {elapsed:.1f} s "
-        f"({tokens / elapsed:.1f} tok/s, {parallel} in parallel)" + (f", {failed} failed" if failed else "")
+        f"({tokens / elapsed:.1f} tok/s, {how})" + (f", {failed} failed" if failed else "")
     )

@@ -75,6 +75,7 @@ def chat(
     k: o.TopChunksOpt = 4,
     min_score: o.MinScoreOpt = -1.0,
     store: o.StoreOpt = None,
+    endpoint: o.EndpointOpt = None,
 ) -> None:
     """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
 
@@ -94,9 +95,16 @@ def chat(
         from llmrun.structured.grammar import compile_format
 
         compile_format(constrained)
-    model = model or chat_default()
+    model = model or (None if endpoint else chat_default())
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
-    run_plan = plan(model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens))
+    run_plan = plan(
+        model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens), endpoints=endpoint or ()
+    )
+    if run_plan.backend == "remote" and rag:
+        raise UsageError(
+            "--rag fits passages to the model's context with its tokenizer, which a remote engine does not offer",
+            "use --rag with a local model",
+        )
     engine = Engine(template=chosen)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
@@ -327,6 +335,10 @@ class Repl:
         elif name.lower() == "off":
             self.rag.collection = None
             self.note("retrieval off")
+        elif self.session.remote:
+            raise UsageError(
+                "/rag needs the model's tokenizer, which a remote engine does not offer", "chat with a local model"
+            )
         else:
             info = open_collection(self.rag.store, name)
             self.rag.collection = name
@@ -397,14 +409,17 @@ class Repl:
                 self.out.print(f"{key:18} {value!r}")
             self.out.print(f"{'format':18} {s.answer_format.kind if s.answer_format else 'off'!r}")
         elif what == "model":
-            self.out.print(f"{s.model_name}  ({s.model.path}, context {s.n_ctx:,} tokens)")
+            where = ", ".join(e.url for e in s.model.endpoints) if s.remote else s.model.path  # type: ignore[attr-defined]
+            self.out.print(f"{s.model_name}  ({where}, context {s.n_ctx:,} tokens)")
         elif what == "template":
             self.out.print(f"[dim]{s.template_name}[/dim]")
             self.out.print(s.template, markup=False)
         elif what == "prompt":
             from llmrun.cli import render
 
-            if s.last_prompt is None:
+            if s.remote:
+                self.note("the remote engine renders the prompt itself; llmrun does not see it")
+            elif s.last_prompt is None:
                 self.note("no prompt yet: send a message first")
             else:
                 render.prompt_view(s.model, s.last_prompt.ids, self.out)

@@ -56,6 +56,11 @@ def show(
 
     if ctx is not None and ctx < 16:
         raise UsageError(f"--ctx must be an integer >= 16, got {ctx}", "pass a larger context")
+    registry = load_registry()
+    entry = registry.get(model) if model else None
+    if entry is not None and entry.remote:
+        _show_remote(entry, json_output)
+        return
     with render.status("Reading the model…"):
         located = locate(load_registry(), model, backend=backend)
     if template:
@@ -110,6 +115,30 @@ def show(
         return
     render.model_facts(facts)
     render.memory_plan(memory)
+
+
+def _show_remote(entry: Any, json_output: bool) -> None:
+    """A models.toml entry served by remote engines: what each endpoint says about the model."""
+    from llmrun.cli import render
+    from llmrun.remote.endpoint import DEFAULT_KEY_ENV, Endpoint
+    from llmrun.remote.info import describe
+
+    key_env = entry.api_key_env or DEFAULT_KEY_ENV
+    with render.status("Asking the endpoint…"):
+        cards = [describe(Endpoint(url, entry.served, key_env)) for url in entry.endpoints]
+    if json_output:
+        render.print_json({"name": entry.name, "backend": "remote", "endpoints": cards})
+        return
+    rows = []
+    for card in cards:
+        rows += [
+            ("endpoint", card["endpoint"]),
+            ("model", card["model"] or f"(one of: {', '.join(card['served'])})"),
+            ("context", f"{card['context_length']:,} tokens" if card["context_length"] else "not reported"),
+            ("slots", str(card["slots"]) if card["slots"] else "not reported"),
+            ("key", f"from {card['key']}" if card["key"] else "none"),
+        ]
+    render.table(f"{entry.name} (remote)", ["", ""], rows, header=False)
 
 
 SAMPLE_CONVERSATION = (
@@ -214,6 +243,7 @@ def list_models(
             "size": stat.st_size, "pulled": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stat.st_mtime)),
             "path": str(gguf), "present": True,
         })  # fmt: skip
+    rows += _remote_rows()
     if everything:
         rows += _foreign_rows()
     if json_output:
@@ -238,6 +268,21 @@ def _foreign_rows() -> list[dict[str, Any]]:
             "pulled": modified, "path": str(listed.path) if listed.path else f"({listed.source}: damaged)",
             "present": listed.path is not None, "source": listed.source,
         })  # fmt: skip
+    return rows
+
+
+def _remote_rows() -> list[dict[str, Any]]:
+    """models.toml entries served by remote engines (listed without asking them: `llmrun show NAME` does)."""
+    from llmrun.config import load_registry
+
+    rows = []
+    for entry in sorted(load_registry().models.values(), key=lambda e: e.name):
+        if entry.remote:
+            rows.append({
+                "name": entry.name, "format": "remote", "repo": "(remote engine)", "files": [entry.served or ""],
+                "quant": entry.served or "(its only model)", "size": None, "pulled": "",
+                "path": ", ".join(entry.endpoints), "present": True,
+            })  # fmt: skip
     return rows
 
 

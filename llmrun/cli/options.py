@@ -428,3 +428,16 @@ MinScoreOpt = Annotated[
         rich_help_panel=RETRIEVAL,
     ),
 ]
+
+REMOTE = "Remote engines"
+EndpointOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--endpoint",
+        help="Run on an OpenAI-compatible engine (vLLM, llama-server, Ollama, llmrun serve, …) at this URL, "
+        "e.g. http://gpu1:8000/v1 (repeatable: a fleet). -m then names the model as it serves it "
+        "(default: its only model); its key comes from LLMRUN_API_KEY.",
+        rich_help_panel=REMOTE,
+        show_default=False,
+    ),
+]

@@ -538,7 +538,7 @@ def models_table(rows: Sequence[dict[str, Any]]) -> None:
             row["name"] + ("" if row["present"] else " (files missing)"),
             row["format"],
             row.get("quant") or quant_of(row["files"][0]) or "",
-            format_bytes(row["size"]),
+            format_bytes(row["size"]) if row["size"] is not None else "",
             row["pulled"][:16].replace("T", " "),
             row["path"],
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -109,6 +110,7 @@ def run(
         ),
     ] = False,
     store: o.StoreOpt = None,
+    endpoint: o.EndpointOpt = None,
 ) -> None:
     """Run one prompt and stream the answer.
 
@@ -121,6 +123,8 @@ def run(
       llmrun run --rag notes "How do I rotate the backup keys?"
 
       llmrun run --schema person.json "Invent a person" | jq .name
+
+      llmrun run --endpoint http://gpu1:8000/v1 -m Qwen/Qwen3-8B "Hello"
     """
     flags = o.sampling_values(locals())
     chosen = o.template_choice(template)
@@ -141,7 +145,16 @@ def run(
     if show_context and not rag:
         raise UsageError("--show-context goes with --rag", "add --rag COLLECTION")
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
-    run_plan = plan(model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens))
+    run_plan = plan(
+        model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens), endpoints=endpoint or ()
+    )
+    if run_plan.backend == "remote" and show_prompt:
+        raise UsageError("--show-prompt shows a local model's prompt; a remote engine renders its own", "drop it")
+    if run_plan.backend == "remote" and rag:
+        raise UsageError(
+            "--rag fits passages to the model's context with its tokenizer, which a remote engine does not offer",
+            "use --rag with a local model",
+        )
     if show_params:
         _show_params(run_plan, system, raw)
         if not text.strip():
@@ -163,6 +176,7 @@ def plan(
     backend: str = "auto",
     context_cap: int | None = None,
     draft: Draft | None = None,
+    endpoints: Sequence[str] = (),
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import bars, render
@@ -184,6 +198,7 @@ def plan(
             backend=backend,
             context_cap=context_cap,
             draft=draft,
+            endpoints=endpoints,
         )
     for warning in run_plan.warnings:
         render.warn(warning)
@@ -302,6 +317,9 @@ def _generate(
     printer.finish()
     assert result is not None
     report = _report(run_plan, result, entry.load_seconds, peak_rss(), time.perf_counter() - started)
+    served = getattr(entry.model, "served", None)
+    if served:
+        report["model"] = served
     report["template"] = entry.templates.prompt_source if result.prompt_format == "chat template" else "none"
     if not output.logprobs:
         report.pop("logprobs", None)
@@ -352,7 +370,7 @@ def _report(run_plan: RunPlan, result: Result, load_seconds: float, peak: int, t
     return {
         "text": data.pop("text"),
         "model": run_plan.model.name,
-        "model_path": str(run_plan.model.path),
+        "model_path": run_plan.endpoints[0].url if run_plan.endpoints else str(run_plan.model.path),
         "backend": run_plan.backend,
         "backend_reason": run_plan.backend_reason,
         "params": {name: value for name, value, _ in run_plan.settings() if name not in ("model", "backend")},

@@ -47,6 +47,11 @@ class LoadedEntry:
         return self.plan.model.name
 
 
+def is_remote(model: object) -> bool:
+    """Whether a loaded model is a remote engine's (it completes whole requests, not token ids)."""
+    return getattr(model, "remote", False) is True
+
+
 class Engine:
     """Loaded models by name, kept until :meth:`unload` (the server unloads idle ones after stopping
     their schedulers: ``ServerState.expire``); ``template`` (a template and where it came from, from
@@ -101,6 +106,10 @@ class Engine:
     # --- requests ----------------------------------------------------------------
     def complete(self, entry: LoadedEntry, request: Request) -> Generator[Token | Result, None, None]:
         """Stream one request: Token events, then one Result."""
+        if is_remote(entry.model):  # the endpoint renders, samples and schedules
+            entry.last_used = time.monotonic()
+            yield from entry.model.complete(request)  # type: ignore[attr-defined]
+            return
         with entry.lock:
             entry.last_used = time.monotonic()
             prepared = request_ids(entry.model, entry.templates, request)
@@ -129,7 +138,13 @@ class Engine:
         self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
     ) -> Generator[tuple[int, Result | LlmrunError], None, None]:
         """Results as requests finish (not in order), keyed by their position in ``requests``;
-        a request that cannot run (its prompt does not fit, …) yields its error instead."""
+        a request that cannot run (its prompt does not fit, …) yields its error instead. On a remote
+        model, ``parallel`` is the requests in flight per endpoint (0: what each endpoint reports)."""
+        if is_remote(entry.model):
+            from llmrun.remote.fleet import complete_many
+
+            yield from complete_many(entry.model, requests, parallel or None)  # type: ignore[arg-type]
+            return
         with entry.lock:
             batch: list[BatchRequest] = []
             prepared: dict[int, Prepared] = {}

@@ -81,7 +81,9 @@ class Templates:
 
 
 def choose_template(run_plan: RunPlan, chosen: tuple[str, str] | None = None) -> Templates:
-    """The templates a run's requests go through (see :func:`templates_for`)."""
+    """The templates a run's requests go through (see :func:`templates_for`); a remote engine's are its own."""
+    if run_plan.backend == "remote":
+        return Templates("", "", "the endpoint's own")
     return templates_for(run_plan.model.entry, run_plan.header, run_plan.system, chosen)
 
 

@@ -102,15 +102,23 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": [s.name for s in state.served()]}
+        """Liveness, and what a load balancer routes by: slots (sequences decoded at once) and the queue."""
+        load = state.load()
+        return {
+            "status": "ok",
+            "models": [s.name for s in state.served()],
+            "slots": {"total": load.slots, "busy": load.busy, "idle": max(0, load.slots - load.busy)},
+            "queue": load.queued,
+        }
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        served = state.served()
-        metrics.queue_depth.set(sum(s.scheduler.queued for s in served))
-        metrics.busy_slots.set(sum(s.scheduler.busy for s in served))
+        load = state.load()
+        metrics.queue_depth.set(load.queued)
+        metrics.busy_slots.set(load.busy)
+        metrics.slots.set(load.slots)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/openapi.json")

@@ -27,4 +27,5 @@ class Metrics:
         )
         self.queue_depth = Gauge("llmrun_queue_depth", "Requests waiting for a slot", registry=self.registry)
         self.busy_slots = Gauge("llmrun_busy_slots", "Sequences being decoded", registry=self.registry)
+        self.slots = Gauge("llmrun_slots", "Sequences decoded at once (all models)", registry=self.registry)
         self.loads = Counter("llmrun_model_loads", "Models loaded", registry=self.registry)

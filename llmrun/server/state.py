@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.engine import Engine
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import LlmrunError, ModelNotFound
+from llmrun.errors import LlmrunError, ModelNotFound, UsageError
 from llmrun.refs import ModelRef
 from llmrun.sampling import SamplingParams
 from llmrun.server.errors import worded
@@ -66,6 +66,16 @@ class Served:
     n_ctx: int
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """How busy the server is: slots (sequences decoded at once; before a model loads, the number
+    it will get), those decoding, and the requests waiting for one."""
+
+    slots: int
+    busy: int
+    queued: int
+
+
 class ServerState:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -80,6 +90,13 @@ class ServerState:
     def served(self) -> list[Served]:
         with self._lock:
             return list({id(s): s for s in self._served.values()}.values())
+
+    def load(self) -> Load:
+        served = self.served()
+        if not served:
+            return Load(self.config.parallel, 0, 0)
+        slots = sum(s.scheduler.parallel if s.scheduler.batching else 1 for s in served)
+        return Load(slots, sum(s.scheduler.busy for s in served), sum(s.scheduler.queued for s in served))
 
     def get(self, name: str, *, operator: bool = False) -> Served:
         """The model a client named, loaded on first use (blocking: call from a worker thread).
@@ -158,6 +175,11 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
+        if run_plan.backend == "remote":
+            raise UsageError(
+                f"{name} is served by a remote engine; llmrun serve runs local models",
+                "point clients at that engine, or at a load balancer in front of the fleet",
+            )
         forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
