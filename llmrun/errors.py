@@ -109,7 +109,16 @@ class RemoteError(LlmrunError):
     ``retryable``: another endpoint may well answer the same request (the host is down, overloaded
     or failing), as opposed to a request the endpoint rejects (a bad setting, a missing model, a key)."""
 
-    def __init__(self, message: str, hint: str = "", *, retryable: bool = False, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        retryable: bool = False,
+        status: int | None = None,
+        setting: str | None = None,
+    ) -> None:
         super().__init__(message, hint)
         self.retryable = retryable
         self.status = status
+        self.setting = setting  # the sampling setting the endpoint rejected, when it named one

@@ -60,11 +60,7 @@ def locate(
     select.check_requested(backend)  # about the flag, not the model
     entry = registry.get(name)
     if entry is not None and entry.remote:
-        raise UsageError(
-            f"{name} runs on a remote engine ({', '.join(entry.endpoints)}), which offers completions only, "
-            "not the model's files, tokenizer or logits",
-            "use a local model for this command",
-        )
+        raise remote_refusal(name, entry.endpoints)
     try:
         ref = ModelRef.parse(name)
         choice = select.choose_for(backend, name, ref, registry, here)
@@ -77,6 +73,15 @@ def locate(
         exc.message = f"{exc.message} (the default model, set by {source})"  # a name the user did not type
         exc.args = (exc.message,)
         raise
+
+
+def remote_refusal(name: str, endpoints: Sequence[str]) -> UsageError:
+    """The error for a command that needs the model itself (its files, tokenizer or logits) on a remote model."""
+    return UsageError(
+        f"{name} runs on a remote engine ({', '.join(endpoints)}), which offers completions only, "
+        "not the model's files, tokenizer or logits",
+        "use a local model for this command",
+    )
 
 
 def _gguf_header(path: Path) -> GgufHeader:
@@ -122,13 +127,7 @@ class RunPlan:
         if self.backend == "remote":
             rows[0] = ("model", self.model.name, self.model_source)
             rows += [("endpoint", ", ".join(e.url for e in self.endpoints), self.sources["endpoint"])]
-            from llmrun.remote.wire import EXTRA_FIELDS
-
-            rows += [
-                (name, value, self.sources[name])
-                for name, value in self.sampling.to_dict().items()
-                if name not in EXTRA_FIELDS or self.sources[name] != "default"  # unsent: the engine's own applies
-            ]
+            rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
             return rows
         names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
         names += ["max_kv_size"] if self.backend == "mlx" else []

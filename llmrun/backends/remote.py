@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 
 class RemoteModel:
-    """``extras``: the non-OpenAI sampling settings the user set (sent under the engines' names)."""
+    """``extras``: the non-OpenAI sampling settings the user set. All of them are sent (under the engines'
+    names) until an endpoint rejects one the user did not set; from then on only those the user set."""
 
     remote = True
 
@@ -42,6 +43,7 @@ class RemoteModel:
         self.path = Path(endpoints[0].url)  # where the model is, for messages
         self.n_ctx = n_ctx
         self.extras = extras
+        self.sending = frozenset(wire.EXTRA_FIELDS)
         self._busy = [0] * len(self.clients)
         self._lock = threading.Lock()
         self.served: str | None = endpoints[0].model  # the model's name as the last endpoint to answer serves it
@@ -66,13 +68,24 @@ class RemoteModel:
                     raise
 
     def complete_on(self, index: int, request: Request) -> Iterator[Token | Result]:
-        """The request on one endpoint, without trying another."""
+        """The request on one endpoint, without trying another (but again without the settings the user
+        did not set, when the endpoint rejects one of those)."""
+        sending = self.sending
+        try:
+            yield from self._complete_on(index, request, sending)
+        except RemoteError as exc:
+            if exc.setting is None or exc.setting in self.extras or exc.setting not in sending:
+                raise
+            self.sending = self.extras
+            yield from self._complete_on(index, request, self.extras)
+
+    def _complete_on(self, index: int, request: Request, sending: frozenset[str]) -> Iterator[Token | Result]:
         client = self.clients[index]
         with self._lock:
             self._busy[index] += 1
         try:
             started = time.perf_counter()
-            body = wire.body(request, client.model(), extras=self.extras)
+            body = wire.body(request, client.model(), extras=sending)
             self.served = body["model"]
             assembly = wire.Assembly()
             first: float | None = None

@@ -104,6 +104,10 @@ def next_token(
     text = _text_or_error(prompt, "next")
     flags = o.sampling_values(locals())
     run_plan = plan(model, flags, o.load_values(ctx, threads, None), force, backend)
+    if run_plan.backend == "remote":
+        from llmrun.pipeline import remote_refusal
+
+        raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = load(run_plan)
         try:

@@ -59,6 +59,10 @@ def show(
     registry = load_registry()
     entry = registry.get(model) if model else None
     if entry is not None and entry.remote:
+        if template:
+            from llmrun.pipeline import remote_refusal
+
+            raise remote_refusal(entry.name, entry.endpoints)
         _show_remote(entry, json_output)
         return
     with render.status("Reading the model…"):

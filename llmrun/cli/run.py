@@ -398,11 +398,15 @@ def _print_stats(report: dict[str, Any]) -> None:
     t = report["timings"]
     n = report["tokens"]
     stop = report["stop_reason"] + (f" ({report['stop_string']!r})" if report["stop_string"] else "")
+    remote = report["backend"] == "remote"
+    prompt = f"{n['prompt']} tokens, {t['prompt_tokens_per_s']:.1f} tok/s"
+    if remote and not n["prompt"]:  # a stream without usage (llama-cpp-python's server)
+        prompt = "not reported by the endpoint"
     rows = [
         ("backend", f"{report['backend']} ({report['backend_reason']})"),
-        ("load", f"{t['load_s']:.2f} s"),
+        ("connect" if remote else "load", f"{t['load_s']:.2f} s"),
         ("time to first token", f"{t['time_to_first_token_s']:.3f} s"),
-        ("prompt", f"{n['prompt']} tokens, {t['prompt_tokens_per_s']:.1f} tok/s"),
+        ("prompt", prompt),
         ("generated", f"{n['generated']} tokens, {t['generation_tokens_per_s']:.1f} tok/s"),
         ("stop reason", stop),
         ("seed", "greedy" if report["seed"] is None else report["seed"]),

@@ -222,9 +222,8 @@ class Client:
             )
         named = _named_setting(message, body or {})
         if named:
-            return RemoteError(
-                f"{host} rejected `{named}`: {message}", f"drop `{named}` for this endpoint", status=status
-            )
+            hint = f"drop `{named}` for this endpoint"
+            return RemoteError(f"{host} rejected `{named}`: {message}", hint, status=status, setting=named)
         return RemoteError(f"{host} answered HTTP {status}: {message}", "", status=status)
 
     def _not_found(self, path: str, body: dict[str, Any] | None, message: str) -> RemoteError:

@@ -1,10 +1,12 @@
 """The OpenAI API on the wire (pure): a :class:`Request` as a request body, streamed chunks as events,
 and the finished answer as the engine's one :class:`Result`.
 
-Standard fields always go (``temperature``, ``top_p``, ``max_tokens``, …); the sampling settings the
-OpenAI API lacks (``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``) go only when the user set
-them, under the names vLLM and llama-server read, so a strict endpoint sees only what it knows unless
-asked for more (and then answers with a 400 naming the field, which becomes one line).
+Standard fields always go (``temperature``, ``top_p``, ``max_tokens``, …), and so do the sampling
+settings the OpenAI API lacks (``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``), under the
+names vLLM and llama-server read, so an answer there is the answer llmrun gives locally (llama-cpp-python's
+server would otherwise apply its own repeat penalty of 1.1). A strict endpoint that rejects one the user
+did not set is asked again without them (:class:`~llmrun.backends.remote.RemoteModel`); one the user set
+is one line naming it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def route(request: Request) -> Route:
 
 
 def body(request: Request, model: str, *, extras: frozenset[str] = frozenset(), stream: bool = True) -> dict[str, Any]:
-    """The request as the endpoint's JSON body. ``extras``: the non-OpenAI settings the user set."""
+    """The request as the endpoint's JSON body. ``extras``: the non-OpenAI settings to send."""
     if request.logprobs:
         raise UsageError(
             "token log-probabilities (`logprobs`) are not read from remote engines yet",

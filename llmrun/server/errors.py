@@ -15,6 +15,8 @@ REQUEST_FIELDS = frozenset(
         "top_p",
         "min_p",
         "repeat_penalty",
+        "repetition_penalty",
+        "repeat_last_n",
         "presence_penalty",
         "frequency_penalty",
         "seed",

@@ -3,8 +3,8 @@
 Follows OpenAI's API reference field by field. A field OpenAI defines that llmrun
 cannot honour is a 400 naming it (never silently ignored); a field OpenAI does not
 define is a 400 too, as OpenAI answers. The extra sampling fields llama-server and
-vLLM accept (``top_k``, ``min_p``, ``repeat_penalty``) are accepted. Sampling values
-are validated by :class:`~llmrun.sampling.SamplingParams`, the CLI's own rules.
+vLLM accept (``top_k``, ``min_p``, ``repeat_penalty`` or ``repetition_penalty``, ``repeat_last_n``)
+are accepted. Sampling values are validated by :class:`~llmrun.sampling.SamplingParams`, the CLI's own rules.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ SAMPLING = {
     "top_k": "top_k",
     "min_p": "min_p",
     "repeat_penalty": "repeat_penalty",
+    "repetition_penalty": "repeat_penalty",  # vLLM's name for it
+    "repeat_last_n": "repeat_last_n",  # llama-server's
 }
 COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "user", *SAMPLING}
 CHAT_FIELDS = COMMON | {
@@ -120,7 +122,7 @@ def _params(
         value = body.get(name)
         if value is None:
             continue
-        integer = target in ("seed", "top_k")
+        integer = target in ("seed", "top_k", "repeat_last_n")
         kinds: tuple[type, ...] = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds):
             raise bad_field(name, f"{name} must be {'an integer' if integer else 'a number'}", "invalid_type")

@@ -88,6 +88,8 @@ def _sampling(limits: Limits) -> dict[str, Schema]:
         "top_k": integer(0),
         "min_p": number(0, 1),
         "repeat_penalty": nullable({"type": "number", "exclusiveMinimum": 0}),
+        "repetition_penalty": nullable({"type": "number", "exclusiveMinimum": 0}),
+        "repeat_last_n": integer(-1),
         "presence_penalty": number(-2, 2),
         "frequency_penalty": number(-2, 2),
         "seed": integer(0, MAX_SEED),

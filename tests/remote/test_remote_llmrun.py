@@ -1,0 +1,173 @@
+"""`run`, `chat` and `batch` through `llmrun serve` instances as remote engines: the answer a local run
+gives, a fleet of two with one killed mid-run, `--resume` after Ctrl-C, and a key that never shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import interruptible, llmrun
+from tests.server import serving
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-fleet-7f3a9c2e41d8"
+QUESTION = "Name three colours of the rainbow."
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("remote-llmrun")
+
+
+@pytest.fixture(scope="module")
+def fleet(smollm: Path, home: Path) -> Iterator[list[tuple[str, subprocess.Popen[str]]]]:
+    """Two `llmrun serve` processes with one thread each (two cores: one each), behind a key."""
+    env = {**serving.hermetic_env(home), "LLMRUN_API_KEY": KEY}
+    args = ["-m", str(smollm), "--parallel", "2", "--ctx", "1024", "--threads", "1"]
+    started = [serving.start(args, env) for _ in range(2)]
+    try:
+        yield started
+    finally:
+        for _, process in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=30)
+
+
+def client_env(home: Path, key: str | None = KEY) -> dict[str, str]:
+    env = serving.hermetic_env(home / "client")
+    return {**env, "LLMRUN_API_KEY": key} if key else env
+
+
+def endpoint(url: str) -> list[str]:
+    return ["--endpoint", url + "/v1"]
+
+
+def test_a_remote_run_answers_as_the_same_model_run_here(
+    fleet: list[tuple[str, subprocess.Popen[str]]], smollm: Path, home: Path
+) -> None:
+    url = fleet[0][0]
+    env = client_env(home)
+    remote = llmrun(["run", *endpoint(url), QUESTION, "-t", "0", "-n", "24", "--json"], env=env)
+    assert remote.returncode == 0, remote.stderr
+    local = llmrun(["run", "-m", str(smollm), QUESTION, "-t", "0", "-n", "24", "--json"], env=env)
+    got, want = json.loads(remote.stdout), json.loads(local.stdout)
+    assert got["text"] == want["text"]
+    assert got["tokens"]["prompt"] == want["tokens"]["prompt"] and got["tokens"]["generated"] == 24
+    served = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"][0]["id"]
+    assert got["backend"] == "remote" and got["model"] == served
+    assert got["timings"]["time_to_first_token_s"] > 0 and got["timings"]["generation_tokens_per_s"] > 0
+
+
+def test_a_remote_chat_keeps_the_conversation(fleet: list[tuple[str, subprocess.Popen[str]]], home: Path) -> None:
+    url = fleet[1][0]
+    turns = "My name is Zorblax.\nRepeat my name.\n"
+    done = llmrun(["chat", *endpoint(url), "-t", "0", "-n", "30"], stdin=turns, env=client_env(home))
+    assert done.returncode == 0, done.stderr
+    answers = [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(answers) >= 2 and "Zorblax" in done.stdout.split("\n", 1)[1]
+
+
+def test_without_the_key_one_line_names_the_variable_and_no_log_shows_the_key(
+    fleet: list[tuple[str, subprocess.Popen[str]]], home: Path
+) -> None:
+    url = fleet[0][0]
+    refused = llmrun(["run", *endpoint(url), "Hi"], env=client_env(home, key=None))
+    assert refused.returncode == 1
+    assert "refused the request (HTTP 401" in refused.stderr and "set LLMRUN_API_KEY" in refused.stderr
+    shown = llmrun(["run", *endpoint(url), "Hi", "-n", "4", "--stats", "--show-params"], env=client_env(home))
+    assert shown.returncode == 0 and KEY not in shown.stdout + shown.stderr
+
+
+def test_health_reports_slots_for_a_load_balancer(fleet: list[tuple[str, subprocess.Popen[str]]]) -> None:
+    health = httpx.get(fleet[0][0] + "/health").json()
+    assert health["slots"] == {"total": 2, "busy": 0, "idle": 2} and health["queue"] == 0
+    metrics = httpx.get(fleet[0][0] + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    assert "llmrun_slots 2.0" in metrics and "llmrun_busy_slots 0.0" in metrics
+
+
+def test_resume_after_ctrl_c_finishes_the_job_without_repeating_a_line(
+    fleet: list[tuple[str, subprocess.Popen[str]]], home: Path, tmp_path: Path
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [
+        {
+            "custom_id": f"job-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": f"Count to {i}."}],
+                "max_tokens": 24,
+                "temperature": 0,
+            },
+        }
+        for i in range(12)
+    ]
+    jobs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out.jsonl"
+    command = ["batch", str(jobs), "-o", str(out), *endpoint(fleet[0][0]), *endpoint(fleet[1][0]), "-P", "1"]
+    batch = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", *command],
+        env={**os.environ, **client_env(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().count("\n") >= 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    batch.send_signal(signal.SIGINT)
+    batch.communicate(timeout=60)
+    assert batch.returncode != 0
+    first = out.read_text().splitlines()
+    assert 3 <= len(first) < 12
+    resumed = llmrun([*command, "--resume"], env=client_env(home))
+    assert resumed.returncode == 0, resumed.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["custom_id"] for r in records] == [f"job-{i}" for i in range(12)]
+    for record in records:  # the OpenAI Batch API's output shape
+        assert record["error"] is None and record["response"]["status_code"] == 200
+        body = record["response"]["body"]
+        assert body["object"] == "chat.completion" and body["choices"][0]["message"]["role"] == "assistant"
+        assert body["usage"]["completion_tokens"] > 0
+
+
+def test_batch_over_two_endpoints_with_one_killed_answers_every_prompt_once_in_order(
+    fleet: list[tuple[str, subprocess.Popen[str]]], home: Path, tmp_path: Path
+) -> None:
+    """Last in the module: it kills one of the fleet."""
+    (keep, _), (doomed, victim) = fleet
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"Write a short story about a cat named Cat{i}.\n" for i in range(16)))
+    out = tmp_path / "out.jsonl"
+    command = ["batch", str(prompts), "-o", str(out), *endpoint(keep), *endpoint(doomed), "-t", "0", "-n", "48"]
+    batch = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", *command],
+        env={**os.environ, **client_env(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().count("\n") >= 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    victim.kill()  # mid-run: it has requests in flight
+    victim.wait(timeout=30)
+    _, err = batch.communicate(timeout=300)
+    assert batch.returncode == 0, err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == list(range(1, 17))
+    assert all(line["tokens"]["generated"] > 0 and line["text"] for line in lines)
+    assert "16 of 16 prompts answered" in err
