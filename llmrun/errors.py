@@ -117,8 +117,10 @@ class RemoteError(LlmrunError):
         retryable: bool = False,
         status: int | None = None,
         setting: str | None = None,
+        down: bool = False,
     ) -> None:
         super().__init__(message, hint)
-        self.retryable = retryable
+        self.retryable = retryable or down
         self.status = status
         self.setting = setting  # the sampling setting the endpoint rejected, when it named one
+        self.down = down  # the endpoint cannot be reached at all (send it nothing more)

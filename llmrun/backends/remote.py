@@ -100,6 +100,13 @@ class RemoteModel:
                 if token is not None:
                     first = first if first is not None else time.perf_counter()
                     yield token
+            if assembly.finish is None:  # the stream ended, but the answer did not
+                raise RemoteError(
+                    f"{client.endpoint.host} ended the answer without a finish reason, after {assembly.pieces} "
+                    "chunks: it dropped the request (llama-cpp-python's server does when another arrives)",
+                    "send it one request at a time (--parallel 1), or try again",
+                    retryable=True,
+                )
             yield assembly.result(request, first, time.perf_counter(), started)
         finally:
             with self._lock:

@@ -178,9 +178,7 @@ class Client:
 
         host = self.endpoint.host
         if isinstance(exc, httpx.ConnectTimeout):
-            return RemoteError(
-                f"{host} did not accept a connection within {CONNECT_TIMEOUT:.0f} s", _UP, retryable=True
-            )
+            return RemoteError(f"{host} did not accept a connection within {CONNECT_TIMEOUT:.0f} s", _UP, down=True)
         if isinstance(exc, httpx.ConnectError):
             text = str(exc)
             if "SSL" in text or "certificate" in text.lower():
@@ -188,7 +186,7 @@ class Client:
                     f"TLS failed talking to {host}: {_short(text)}",
                     "check its certificate (SSL_CERT_FILE for a private CA), or use http:// for a plain server",
                 )
-            return RemoteError(f"cannot reach {host}: {_why(exc)}", _UP, retryable=True)
+            return RemoteError(f"cannot reach {host}: {_why(exc)}", _UP, down=True)
         if isinstance(exc, httpx.TimeoutException):
             return RemoteError(f"{host} stopped answering (no data for {READ_TIMEOUT:.0f} s)", _UP, retryable=True)
         if isinstance(exc, httpx.TransportError):

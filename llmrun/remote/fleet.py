@@ -130,8 +130,7 @@ def complete_many(
                         result = event
                 assert result is not None
             except RemoteError as exc:
-                down = exc.retryable and exc.status is None and "cut off" not in exc.message
-                if exc.retryable and board.retry(pending, endpoint, exc, down):
+                if exc.retryable and board.retry(pending, endpoint, exc, exc.down):
                     continue
                 if not exc.retryable:
                     board.settle()
