@@ -249,11 +249,11 @@ class _Validator:
         if "endpoint" not in table:
             for key in ("model", "api_key_env"):
                 if key in table:
-                    raise self.error((*where, key), "goes with `endpoint` (a remote engine's URL)")
+                    raise self.error((*where, key), "goes with 'endpoint' (a remote engine's URL)")
             return ()
         local = [key for key in _LOCAL_SOURCES if key in table]
         if local:
-            raise self.error((*where, local[0]), "a model with an `endpoint` runs there; it has no local files")
+            raise self.error((*where, local[0]), "a model with an 'endpoint' runs there; it has no local files")
         value = table["endpoint"]
         urls = [value] if isinstance(value, str) else value
         if not urls or not all(isinstance(u, str) for u in urls):

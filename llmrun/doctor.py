@@ -39,6 +39,7 @@ class Facts:
     python: str
     versions: dict[str, str | None]
     llama_gpu_offload: bool | None = None  # None: llama-cpp-python missing or failed to load
+    llama_rpc: bool | None = None  # built with llama.cpp's RPC backend (one model across machines)
     llama_system_info: str = ""
     llama_cpu_features: frozenset[str] = frozenset()  # compiled into llama.cpp (its names: AVX2, AMX_INT8, …)
     host_cpu_features: frozenset[str] | None = None  # None: not read (not Linux x86)
@@ -117,6 +118,7 @@ def gather() -> Facts:
             import llama_cpp
 
             facts.llama_gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+            facts.llama_rpc = bool(llama_cpp.llama_supports_rpc())
             facts.llama_system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
             facts.llama_cpu_features = llama_build.parse_features(facts.llama_system_info)
         except Exception:  # a broken build: reported as a problem, never a crash
@@ -232,6 +234,12 @@ def unused_cpu_features(facts: Facts) -> list[str]:
     return sorted(facts.host_cpu_features - facts.llama_cpu_features - {"AMX_INT8"})
 
 
+RPC_NOTE = (
+    "llmrun does not drive llama.cpp's RPC backend yet; a build with it: "
+    "CMAKE_ARGS=-DGGML_RPC=ON pip install --force-reinstall --no-cache-dir llama-cpp-python"
+)
+
+
 def report(facts: Facts) -> dict[str, Any]:
     """Facts as plain data (for --json and for the table)."""
     return {
@@ -244,6 +252,7 @@ def report(facts: Facts) -> dict[str, Any]:
             "cpu_features": sorted(facts.llama_cpu_features),
             "cpu_features_unused": unused_cpu_features(facts),
             "amx": amx_state(facts),
+            "rpc": facts.llama_rpc,
         },
         "host_cpu_features": None if facts.host_cpu_features is None else sorted(facts.host_cpu_features),
         "mlx": {"default_device": facts.mlx_device, "metal_available": facts.metal_available},

@@ -273,7 +273,7 @@ def plan_remote(
         urls, source = tuple(base_url(url) for url in endpoints), COMMAND_LINE
         chosen = tuple(Endpoint(url, model_name) for url in urls)
         name = model_name or "the endpoint's model"
-        reason = "--endpoint"
+        reason = COMMAND_LINE
     else:
         name, source = (model_name, COMMAND_LINE) if model_name else default_model_name(registry)
         entry = registry.get(name)

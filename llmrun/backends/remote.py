@@ -37,7 +37,7 @@ class RemoteModel:
         self, endpoints: Sequence[Endpoint], *, n_ctx: int, extras: frozenset[str] = frozenset(), retries: int = 3
     ) -> None:
         if not endpoints:
-            raise UsageError("a remote model needs at least one endpoint", "pass --endpoint URL")
+            raise UsageError("a remote model needs at least one endpoint", "pass `endpoint` URL")
         self.endpoints = tuple(endpoints)
         self.clients = [Client(e, retries=retries) for e in endpoints]
         self.path = Path(endpoints[0].url)  # where the model is, for messages
@@ -104,7 +104,7 @@ class RemoteModel:
                 raise RemoteError(
                     f"{client.endpoint.host} ended the answer without a finish reason, after {assembly.pieces} "
                     "chunks: it dropped the request (llama-cpp-python's server does when another arrives)",
-                    "send it one request at a time (--parallel 1), or try again",
+                    "send it one request at a time (`parallel` 1), or try again",
                     retryable=True,
                 )
             yield assembly.result(request, first, time.perf_counter(), started)

@@ -37,6 +37,7 @@ def doctor(json_output: o.JsonOpt = False) -> None:
             ("llama.cpp CPU features", " ".join(data["llama_cpp"]["cpu_features"]) or "—"),
             ("CPU features it leaves unused", " ".join(data["llama_cpp"]["cpu_features_unused"]) or "none"),
             ("llama.cpp AMX kernels", data["llama_cpp"]["amx"]),
+            ("llama.cpp RPC backend", _rpc(data["llama_cpp"]["rpc"])),
             ("MLX default device", data["mlx"]["default_device"] or "—"),
             (
                 "memory",
@@ -55,3 +56,10 @@ def doctor(json_output: o.JsonOpt = False) -> None:
             render.note("no problems found")
     if problems:
         raise typer.Exit(1)
+
+
+def _rpc(built: bool | None) -> str:
+    from llmrun.doctor import RPC_NOTE
+
+    state = "unknown" if built is None else "built in" if built else "not built"
+    return f"{state} ({RPC_NOTE})"

@@ -30,6 +30,7 @@ FLAGS = {
     "max_kv_size": "--max-kv-size",
     "backend": "--backend",
     "parallel": "--parallel",
+    "endpoint": "--endpoint",
     "force": "--force",
     "raw": "--raw",
     "draft": "--draft",

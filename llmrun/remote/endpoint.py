@@ -42,14 +42,14 @@ def base_url(text: str) -> str:
     """An endpoint as the user wrote it (``host:port``, ``http://host:port``, ``…/v1``) as the API's base URL."""
     value = text.strip()
     if not value:
-        raise UsageError("an endpoint URL is empty", "e.g. --endpoint http://127.0.0.1:8080/v1")
+        raise UsageError("an endpoint URL is empty", "e.g. `endpoint` http://127.0.0.1:8080/v1")
     if "://" not in value:
         value = f"http://{value}"
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https"):
-        raise UsageError(f"endpoint {text!r} is not an http(s) URL", "e.g. --endpoint http://127.0.0.1:8080/v1")
+        raise UsageError(f"endpoint {text!r} is not an http(s) URL", "e.g. `endpoint` http://127.0.0.1:8080/v1")
     if not parts.hostname:
-        raise UsageError(f"endpoint {text!r} has no host", "e.g. --endpoint http://127.0.0.1:8080/v1")
+        raise UsageError(f"endpoint {text!r} has no host", "e.g. `endpoint` http://127.0.0.1:8080/v1")
     if parts.username or parts.password:
         raise UsageError(
             "an endpoint URL must not carry credentials", f"put the key in an environment variable ({DEFAULT_KEY_ENV})"

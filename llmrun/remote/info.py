@@ -23,7 +23,7 @@ def describe(endpoint: Endpoint) -> dict[str, Any]:
         if wanted is not None and wanted not in served:
             raise RemoteError(
                 f"{endpoint.host} does not serve {wanted!r}; it serves: {', '.join(served) or 'nothing'}",
-                "fix `model` in models.toml (or -m)",
+                "fix 'model' in models.toml",
             )
         card = next((r for r in rows if r.get("id") == wanted), {})
         return {

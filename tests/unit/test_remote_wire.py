@@ -29,7 +29,13 @@ def test_a_prompt_is_a_conversation_with_every_setting_under_the_names_engines_r
     data = wire.body(request, "m", extras=frozenset(wire.EXTRA_FIELDS))
     assert wire.route(request) == "/chat/completions"
     assert data["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    assert (data["model"], data["temperature"], data["seed"], data["max_tokens"], data["stop"]) == ("m", 0.3, 5, 9, ["x"])
+    assert (data["model"], data["temperature"], data["seed"], data["max_tokens"], data["stop"]) == (
+        "m",
+        0.3,
+        5,
+        9,
+        ["x"],
+    )
     assert (data["top_k"], data["min_p"], data["repeat_penalty"], data["repetition_penalty"]) == (7, 0.1, 1.2, 1.2)
     assert data["stream"] is True and data["stream_options"] == {"include_usage": True}
     assert "presence_penalty" not in data  # zero: OpenAI's default, not sent
@@ -77,7 +83,10 @@ def test_a_stream_becomes_tokens_and_one_result_with_the_endpoints_counts() -> N
         {"choices": [{"delta": {"reasoning_content": "hmm"}}]},
         {"choices": [{"delta": {"content": "Hel"}}]},
         {"choices": [{"delta": {"content": "lo"}, "finish_reason": "length"}]},
-        {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}},
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}},
+        },
     ]
     tokens = [t for t in (assembly.chunk(c) for c in chunks) if t is not None]
     assert [(t.text, t.reasoning) for t in tokens] == [("", "hmm"), ("Hel", ""), ("lo", "")]
@@ -119,14 +128,23 @@ def test_a_constrained_answer_is_valid_only_when_whole_json() -> None:
 
 def test_hostile_chunks_are_ignored_not_crashed_on() -> None:
     assembly = wire.Assembly()
-    for chunk in [None, [], {"choices": "x"}, {"choices": [None]}, {"choices": [{"delta": {"content": 5}}]}, {"usage": 3}]:
+    for chunk in [
+        None,
+        [],
+        {"choices": "x"},
+        {"choices": [None]},
+        {"choices": [{"delta": {"content": 5}}]},
+        {"usage": 3},
+    ]:
         assert assembly.chunk(chunk) is None
     assert assembly.result(Request(prompt="x"), None, 0.0, 0.0).text == ""
 
 
 def test_error_bodies_in_each_servers_shape() -> None:
     assert wire.error_message({"error": {"message": "bad key"}}, "?") == "bad key"
-    assert wire.error_message({"detail": [{"loc": ["body", "top_k"], "msg": "not allowed"}]}, "?") == "top_k: not allowed"
+    assert (
+        wire.error_message({"detail": [{"loc": ["body", "top_k"], "msg": "not allowed"}]}, "?") == "top_k: not allowed"
+    )
     assert wire.error_message({"error": "plain"}, "?") == "plain"
     assert wire.error_message("<html>", "fallback") == "fallback"
     assert wire.served_models({"data": [{"id": "a"}, {"id": "b"}, "junk"]}) == ["a", "b"]
@@ -186,7 +204,7 @@ defaults = { temperature = 0.2 }
     ("body", "expected"),
     [
         ('endpoint = "gpu1:8000"\ngguf = { repo = "a/b" }', "no local files"),
-        ('model = "x"', "goes with `endpoint`"),
+        ('model = "x"', "goes with 'endpoint'"),
         ('endpoint = "ftp://x"', "not an http"),
         ('endpoint = "h:1"\napi_key_env = "sk-abc def"', "environment variable"),
         ("endpoint = []", "a URL or a list"),
