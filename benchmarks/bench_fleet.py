@@ -30,17 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from bench_serve import PROMPTS  # the same prompts as the server benchmark (this directory is on sys.path)
 
-PROMPTS = [
-    "The history of the printing press begins",
-    "A good recipe for bread starts with",
-    "The three laws of motion state that",
-    "In the middle of the ocean there is",
-    "The best way to learn a new language is",
-    "Once upon a time, in a small village,",
-    "The main causes of the French Revolution were",
-    "To build a wooden table you need",
-]
 QUESTION = "Explain in a few sentences why the sky is blue."
 
 

@@ -49,6 +49,22 @@ def client_env(home: Path, key: str | None = KEY) -> dict[str, str]:
     return {**env, "LLMRUN_API_KEY": key} if key else env
 
 
+def started_batch(command: list[str], home: Path, out: Path, lines: int) -> subprocess.Popen[str]:
+    """``llmrun batch`` in the background, once ``lines`` answers are in ``out``."""
+    batch = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", *command],
+        env={**os.environ, **client_env(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().count("\n") >= lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return batch
+
+
 def endpoint(url: str) -> list[str]:
     return ["--endpoint", url + "/v1"]
 
@@ -117,17 +133,7 @@ def test_resume_after_ctrl_c_finishes_the_job_without_repeating_a_line(
     jobs.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out.jsonl"
     command = ["batch", str(jobs), "-o", str(out), *endpoint(fleet[0][0]), *endpoint(fleet[1][0]), "-P", "1"]
-    batch = subprocess.Popen(
-        [sys.executable, "-m", "llmrun", *command],
-        env={**os.environ, **client_env(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=interruptible,
-    )
-    deadline = time.monotonic() + 60
-    while not (out.exists() and out.read_text().count("\n") >= 3) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    batch = started_batch(command, home, out, lines=3)
     batch.send_signal(signal.SIGINT)
     batch.communicate(timeout=60)
     assert batch.returncode != 0
@@ -153,16 +159,7 @@ def test_batch_over_two_endpoints_with_one_killed_answers_every_prompt_once_in_o
     prompts.write_text("".join(f"Write a short story about a cat named Cat{i}.\n" for i in range(16)))
     out = tmp_path / "out.jsonl"
     command = ["batch", str(prompts), "-o", str(out), *endpoint(keep), *endpoint(doomed), "-t", "0", "-n", "48"]
-    batch = subprocess.Popen(
-        [sys.executable, "-m", "llmrun", *command],
-        env={**os.environ, **client_env(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while not (out.exists() and out.read_text().count("\n") >= 2) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    batch = started_batch(command, home, out, lines=2)
     victim.kill()  # mid-run: it has requests in flight
     victim.wait(timeout=30)
     _, err = batch.communicate(timeout=300)
