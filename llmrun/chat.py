@@ -97,7 +97,9 @@ class ChatSession:
     @property
     def remote(self) -> bool:
         """A remote engine's model: it renders the conversation itself, and fits it to its context."""
-        return getattr(self.model, "remote", False) is True
+        from llmrun.engine.core import is_remote
+
+        return is_remote(self.model)
 
     @property
     def context_used(self) -> int:

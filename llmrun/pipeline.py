@@ -266,7 +266,7 @@ def plan_remote(
 ) -> RunPlan | None:
     """The plan for a model served by remote engines (``--endpoint``, or a models.toml entry with an
     ``endpoint``); None for a local model. Load settings belong to the engine: given, they are refused."""
-    from llmrun.remote.endpoint import DEFAULT_KEY_ENV, Endpoint, base_url
+    from llmrun.remote.endpoint import base_url, entry_endpoints
 
     entry = None
     if endpoints:
@@ -279,8 +279,7 @@ def plan_remote(
         entry = registry.get(name)
         if entry is None or not entry.remote:
             return None
-        key_env = entry.api_key_env or DEFAULT_KEY_ENV
-        chosen = tuple(Endpoint(url, entry.served, key_env) for url in entry.endpoints)
+        chosen = entry_endpoints(entry)
         reason = f"models.toml ({entry.source})" if entry.source else "models.toml"
     given = [key for key, value in load_flags.items() if value is not None and key != "n_ctx"]
     if given:

@@ -124,12 +124,11 @@ def show(
 def _show_remote(entry: Any, json_output: bool) -> None:
     """A models.toml entry served by remote engines: what each endpoint says about the model."""
     from llmrun.cli import render
-    from llmrun.remote.endpoint import DEFAULT_KEY_ENV, Endpoint
+    from llmrun.remote.endpoint import entry_endpoints
     from llmrun.remote.info import describe
 
-    key_env = entry.api_key_env or DEFAULT_KEY_ENV
     with render.status("Asking the endpoint…"):
-        cards = [describe(Endpoint(url, entry.served, key_env)) for url in entry.endpoints]
+        cards = [describe(endpoint) for endpoint in entry_endpoints(entry)]
     if json_output:
         render.print_json({"name": entry.name, "backend": "remote", "endpoints": cards})
         return

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from llmrun.errors import UsageError
+
+if TYPE_CHECKING:
+    from llmrun.config import ModelEntry
 
 DEFAULT_KEY_ENV = "LLMRUN_API_KEY"  # the variable `llmrun serve` reads its key from, so llmrun fleets work as is
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -60,3 +64,9 @@ def base_url(text: str) -> str:
         raise UsageError(f"endpoint {text!r} has a bad port", "e.g. http://127.0.0.1:8080/v1") from None
     path = parts.path.rstrip("/") or "/v1"
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def entry_endpoints(entry: ModelEntry) -> tuple[Endpoint, ...]:
+    """A models.toml entry's endpoints: its URLs, the model as they serve it, and its key's variable."""
+    key_env = entry.api_key_env or DEFAULT_KEY_ENV
+    return tuple(Endpoint(url, entry.served, key_env) for url in entry.endpoints)
