@@ -7,11 +7,9 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.helpers import interruptible, llmrun
@@ -40,7 +38,7 @@ def url(smollm: Path, home: Path) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(base, process, home / "server.log")
+        serving.wait_for(base + "/v1/models", process, lambda: (home / "server.log").read_text()[-2000:])
         yield base + "/v1"
     finally:
         process.send_signal(signal.SIGINT)
@@ -49,19 +47,6 @@ def url(smollm: Path, home: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
-
-
-def _wait_for(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"llama-cpp-python's server exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(base + "/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    pytest.fail(f"llama-cpp-python's server did not answer within {timeout:.0f} s: {log.read_text()[-2000:]}")
 
 
 def test_a_raw_prompt_answers_as_llmrun_answers_it_here(url: str, smollm: Path, home: Path) -> None:

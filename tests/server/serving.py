@@ -9,8 +9,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,17 +51,23 @@ def start(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[s
         preexec_fn=interruptible,
     )
     url = f"http://127.0.0.1:{port}"
+    wait_for(url + "/health", process, lambda: process.stderr.read() if process.stderr else "", timeout)
+    return url, process
+
+
+def wait_for(url: str, process: subprocess.Popen[Any], output: Callable[[], str], timeout: float = 120) -> None:
+    """Until ``url`` answers 200; the test fails (with ``output()``) if the process exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"the server exited: {process.stderr.read() if process.stderr else ''}")
+            pytest.fail(f"the server exited: {output()}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return url, process
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
         except httpx.HTTPError:
             time.sleep(0.2)
     process.kill()
-    pytest.fail(f"the server did not answer /health within {timeout:.0f} s")
+    pytest.fail(f"the server did not answer {url} within {timeout:.0f} s: {output()}")
 
 
 @contextlib.contextmanager
