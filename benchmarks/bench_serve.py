@@ -14,7 +14,7 @@ Goals at 8 clients: >= 0.9x llama-server's aggregate tokens/s; at 1 client, TTFT
 
 Build llama-server from the llama.cpp that the llama-cpp-python sdist vendors (keep it out of
 the repo), with the same flags as llama-cpp-python:
-  cmake -S vendor/llama.cpp -B build -DLLAMA_CURL=OFF -DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/no-amx.cmake
+  cmake -S vendor/llama.cpp -B build -DLLAMA_CURL=OFF -DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/llama-cpp.cmake
   cmake --build build --target llama-server
 
 Usage: python benchmarks/bench_serve.py --llama-server PATH [--model GGUF] [--rounds 2] [--tokens 64] [--parallel 8]

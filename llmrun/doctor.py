@@ -117,7 +117,9 @@ def gather() -> Facts:
         try:
             import llama_cpp
 
-            facts.llama_gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+            from llmrun.backends.ggml_rpc import has_gpu
+
+            facts.llama_gpu_offload = has_gpu()  # llama_supports_gpu_offload also says yes for RPC alone
             facts.llama_rpc = bool(llama_cpp.llama_supports_rpc())
             facts.llama_system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
             facts.llama_cpu_features = llama_build.parse_features(facts.llama_system_info)
@@ -232,12 +234,6 @@ def unused_cpu_features(facts: Facts) -> list[str]:
     if facts.host_cpu_features is None or not facts.llama_cpu_features:
         return []
     return sorted(facts.host_cpu_features - facts.llama_cpu_features - {"AMX_INT8"})
-
-
-RPC_NOTE = (
-    "llmrun does not drive llama.cpp's RPC backend yet; a build with it: "
-    "CMAKE_ARGS=-DGGML_RPC=ON pip install --force-reinstall --no-cache-dir llama-cpp-python"
-)
 
 
 def report(facts: Facts) -> dict[str, Any]:

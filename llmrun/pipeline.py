@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmrun import backends
+from llmrun import backends, rpc
 from llmrun.backends import select
 from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.backends.select import Choice, Platform
@@ -131,7 +131,11 @@ class RunPlan:
             return rows
         names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
         names += ["max_kv_size"] if self.backend == "mlx" else []
+        names += ["rpc"] if self.load.rpc else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
+        rows = [
+            (name, ",".join(value), source) if name == "rpc" else (name, value, source) for name, value, source in rows
+        ]
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
         source = self.sources.get("draft", "default")
         rows.append(("draft", self.draft.value, source))
@@ -194,6 +198,8 @@ def plan_run(
     )
     geom = geometry(header)
     defaults = dict(load_defaults())
+    if load_flags.get("rpc"):
+        defaults["n_gpu_layers"] = -1  # every layer on the workers
     defaults["n_ctx"] = min(default_context(geom), context_cap or default_context(geom))
     load, load_sources = merge_layers(
         LoadParams,
@@ -210,6 +216,7 @@ def plan_run(
             f"`n_ctx` {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
             "expect worse output past that point"
         )
+    warnings += _rpc_warnings(located.backend.backend, load)
     if located.backend.backend == "mlx":
         on_cpu = not (here or select.this_platform()).apple_silicon
         warnings += mlx_warnings(
@@ -229,7 +236,7 @@ def plan_run(
         draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)
     memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
-    available = available_memory()
+    available = available_memory() + sum(worker.free for worker in rpc.workers(load.rpc))
     if memory.total_bytes > available:
         message = (
             f"{resolved.name} needs about {format_bytes(memory.total_bytes)} "
@@ -281,6 +288,11 @@ def plan_remote(
             return None
         chosen = entry_endpoints(entry)
         reason = f"models.toml ({entry.source})" if entry.source else "models.toml"
+    if load_flags.get("rpc"):
+        raise UsageError(
+            "`rpc` workers hold the layers of a model run here; a model at an `endpoint` runs in its engine",
+            "drop `rpc` (or `endpoint`)",
+        )
     given = [key for key, value in load_flags.items() if value is not None and key != "n_ctx"]
     if given:
         raise UsageError(
@@ -312,6 +324,16 @@ def plan_remote(
         (),
         endpoints=chosen,
     )
+
+
+def _rpc_warnings(backend: str, load: LoadParams) -> list[str]:
+    if not load.rpc:
+        return []
+    if backend != "gguf":
+        raise UsageError(f"`rpc` workers run llama.cpp models; this one runs on {backend}", "drop `rpc`, or run a GGUF")
+    if load.n_gpu_layers == 0:
+        return ["`n_gpu_layers` 0 keeps every layer here: the `rpc` workers get none"]
+    return []
 
 
 def _draft_setting(command_line: Draft | None, toml: str | None) -> tuple[Draft, str]:

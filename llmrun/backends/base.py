@@ -38,6 +38,7 @@ class LoadParams:
     kv_type: str = "f16"  # element type of the KV cache: f16, q8_0 or q4_0
     vocab_only: bool = False  # load the tokenizer only (tokenize, fast)
     max_kv_size: int | None = None  # MLX: a rotating KV cache of this many tokens (None: grows to n_ctx)
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) that hold the offloaded layers
 
     def __post_init__(self) -> None:
         if self.kv_type not in KV_TYPES:
@@ -54,6 +55,8 @@ class LoadParams:
             isinstance(self.max_kv_size, bool) or not isinstance(self.max_kv_size, int) or self.max_kv_size < 16
         ):
             raise InvalidParameter("max_kv_size", self.max_kv_size, "an integer >= 16")
+        if not isinstance(self.rpc, tuple) or not all(isinstance(worker, str) for worker in self.rpc):
+            raise InvalidParameter("rpc", self.rpc, "a list of HOST:PORT workers")
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,9 +109,10 @@ def _masker(constraint: Constraint) -> Callable[[Any, Any], Any]:
 
 
 def gpu_offload_supported() -> bool:
-    import llama_cpp
+    """Whether llama.cpp has a GPU here (RPC workers are not counted: they are asked for with `rpc`)."""
+    from llmrun.backends.ggml_rpc import has_gpu
 
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return has_gpu()
 
 
 class GgufModel:
@@ -337,6 +338,10 @@ class GgufBackend:
         from llmrun.backends.llama_build import avoid_extra_buffers
 
         _route_llama_logs()
+        if params.rpc:
+            from llmrun.backends import ggml_rpc
+
+            ggml_rpc.register(params.rpc)
         kv_type = _KV_TYPES[params.kv_type]
         try:
             with avoid_extra_buffers():

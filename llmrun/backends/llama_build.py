@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 AMX_ENV = "LLMRUN_LLAMA_AMX"
-# The quick start's build: tuned to the host, without llama.cpp's AMX kernels.
-NO_AMX_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "no-amx.cmake"
+# The quick start's build: tuned to the host, without llama.cpp's AMX kernels, with its RPC backend.
+BUILD_CMAKE = Path(__file__).resolve().parent.parent / "cmake" / "llama-cpp.cmake"
 REBUILD = (
-    f'CMAKE_ARGS="-DCMAKE_PROJECT_INCLUDE={NO_AMX_CMAKE}" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+    f'CMAKE_ARGS="-DCMAKE_PROJECT_INCLUDE={BUILD_CMAKE}" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 )
 # llama.cpp's feature names → the /proc/cpuinfo flag that runs them (x86 only; others are not checked)
 _CPU_FLAGS = {

@@ -30,8 +30,10 @@ class LlmrunGroup(TyperGroup):
     """Maps errors raised by any command to the error table."""
 
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer.Context subclasses it
+        from llmrun import fatal
         from llmrun.cli import render
 
+        fatal.set_handler(lambda exc: render.error(exc.message, exc.hint))  # a native library's last word
         try:
             return super().invoke(ctx)
         except LlmrunError as exc:

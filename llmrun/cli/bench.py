@@ -30,6 +30,8 @@ def bench(
         str, typer.Option("--kv-type", help=f"KV cache types, comma separated ({', '.join(KV_TYPES)}).")
     ] = "f16",
     threads: o.ThreadsOpt = None,
+    rpc: o.RpcOpt = None,
+    rpc_allow_remote: o.RpcAllowRemoteOpt = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
     json_output: o.JsonOpt = False,
@@ -47,12 +49,14 @@ def bench(
     from llmrun.cli import render
     from llmrun.config import load_registry
     from llmrun.pipeline import attach_draft, load_defaults, locate
+    from llmrun.rpc import workers as rpc_workers
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
     backend_names = _choices(backend, BACKEND_CHOICES, "--backend")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be an integer >= 1, got {threads}", "pass --threads 1 or more")
     chosen_draft = o.draft_choice(draft, draft_tokens)
+    workers: tuple[str, ...] = o.load_values(None, None, None, rpc=rpc, rpc_allow_remote=rpc_allow_remote)["rpc"] or ()
     registry = load_registry()
     defaults = load_defaults()
     rows: list[dict[str, Any]] = []
@@ -61,12 +65,18 @@ def bench(
         for requested in backend_names:
             located = locate(registry, name, backend=requested)
             backend_name = located.backend.backend
+            if workers and backend_name != "gguf":
+                raise UsageError(
+                    f"--rpc workers run llama.cpp; {located.model.name} runs on {backend_name}", "drop --rpc"
+                )
+            rpc_workers(workers)
             for kv in kv_types:
                 params = LoadParams(
                     n_ctx=max(n_prompt + n_gen + 16, 64),
                     n_threads=threads or defaults["n_threads"],
-                    n_gpu_layers=defaults["n_gpu_layers"],
+                    n_gpu_layers=-1 if workers else defaults["n_gpu_layers"],
                     kv_type=kv,
+                    rpc=workers,
                 )
                 label = f"{located.model.name} · {backend_name} · KV {kv}"
                 with render.status(f"Loading {label}…") as spinner:

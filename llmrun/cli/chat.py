@@ -65,6 +65,8 @@ def chat(
     backend: o.BackendOpt = "auto",
     kv_bits: o.KvBitsOpt = None,
     max_kv_size: o.MaxKvSizeOpt = None,
+    rpc: o.RpcOpt = None,
+    rpc_allow_remote: o.RpcAllowRemoteOpt = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
     force: o.ForceOpt = False,
@@ -96,7 +98,7 @@ def chat(
 
         compile_format(constrained)
     model = model or (None if endpoint else chat_default())
-    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size)
+    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote)
     run_plan = plan(
         model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens), endpoints=endpoint or ()
     )

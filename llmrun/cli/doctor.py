@@ -59,7 +59,12 @@ def doctor(json_output: o.JsonOpt = False) -> None:
 
 
 def _rpc(built: bool | None) -> str:
-    from llmrun.doctor import RPC_NOTE
+    from llmrun.backends.ggml_rpc import REBUILD
 
-    state = "unknown" if built is None else "built in" if built else "not built"
-    return f"{state} ({RPC_NOTE})"
+    if built is None:
+        return "unknown"
+    return (
+        "built in (--rpc HOST:PORT,… splits a model across ggml-rpc-server workers)"
+        if built
+        else (f"not built (for --rpc: {REBUILD})")
+    )

@@ -220,8 +220,14 @@ def load_values(
     gpu_layers: int | None,
     kv_bits: int | None = None,
     max_kv_size: int | None = None,
+    rpc: list[str] | None = None,
+    rpc_allow_remote: bool = False,
 ) -> dict[str, Any]:
     """The load options a command was given, by :class:`LoadParams` field (None: not given)."""
+    from llmrun.rpc import parse_workers
+
+    if rpc_allow_remote and not rpc:
+        raise UsageError("--rpc-allow-remote needs --rpc", "name the workers: --rpc HOST:PORT,HOST:PORT")
     if kv_bits is not None and kv_bits not in KV_BITS_TYPES:
         raise UsageError(f"--kv-bits must be 4, 8 or 16, got {kv_bits}", "4 and 8 quantize the KV cache; 16 does not")
     return {
@@ -230,6 +236,7 @@ def load_values(
         "n_gpu_layers": gpu_layers,
         "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
         "max_kv_size": max_kv_size,
+        "rpc": parse_workers(rpc, allow_remote=rpc_allow_remote) if rpc else None,
     }
 
 
@@ -439,5 +446,23 @@ EndpointOpt = Annotated[
         "(default: its only model); its key comes from LLMRUN_API_KEY.",
         rich_help_panel=REMOTE,
         show_default=False,
+    ),
+]
+RpcOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--rpc",
+        help="Put the model's layers on llama.cpp RPC workers (ggml-rpc-server) at HOST:PORT[,HOST:PORT…], "
+        "split by their free memory. The protocol has no authentication: keep workers on a private network.",
+        rich_help_panel=REMOTE,
+        show_default=False,
+    ),
+]
+RpcAllowRemoteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rpc-allow-remote",
+        help="Allow --rpc workers that are not on this machine (they trust anyone who can connect).",
+        rich_help_panel=REMOTE,
     ),
 ]

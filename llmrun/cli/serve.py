@@ -63,6 +63,8 @@ def serve(
     gpu_layers: o.GpuLayersOpt = None,
     kv_bits: o.KvBitsOpt = None,
     backend: o.BackendOpt = "auto",
+    rpc: o.RpcOpt = None,
+    rpc_allow_remote: o.RpcAllowRemoteOpt = False,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -135,7 +137,7 @@ def serve(
         models=tuple(model or ()),
         parallel=parallel,
         n_ctx=ctx,
-        load_flags=o.load_values(None, threads, gpu_layers, kv_bits),
+        load_flags=o.load_values(None, threads, gpu_layers, kv_bits, rpc=rpc, rpc_allow_remote=rpc_allow_remote),
         backend=backend,
         api_key=key,
         keep_alive=_duration(keep_alive),

@@ -344,7 +344,12 @@ def test_doctor_reports_versions_paths_and_problems_with_fixes() -> None:
     assert code == (1 if report["problems"] else 0), err
     # what it reports is what the libraries themselves say
     assert report["versions"]["llama-cpp-python"] == version("llama-cpp-python") == llama_cpp.__version__
-    assert report["llama_cpp"]["gpu_offload"] is bool(llama_cpp.llama_supports_gpu_offload())
+    # a GPU device, not llama_supports_gpu_offload: that one also says yes for a build with the RPC backend alone
+    gpu_backends = ("CUDA", "Metal", "METAL", "Vulkan", "VULKAN", "HIP", "SYCL", "OpenCL")
+    has_gpu_backend = any(name in report["llama_cpp"]["system_info"] for name in gpu_backends)
+    if not has_gpu_backend:
+        assert report["llama_cpp"]["gpu_offload"] is False
+    assert report["llama_cpp"]["rpc"] is bool(llama_cpp.llama_supports_rpc())
     assert report["llama_cpp"]["system_info"] == llama_cpp.llama_print_system_info().decode().strip()
     assert report["paths"]["data (LLMRUN_HOME)"] == os.environ["LLMRUN_HOME"]
     assert 0 < report["memory"]["available"] <= report["memory"]["total"]

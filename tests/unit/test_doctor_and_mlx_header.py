@@ -88,7 +88,7 @@ def test_an_amx_build_is_avoided_and_using_its_kernels_is_a_problem() -> None:
     [problem] = diagnose(opted_in)
     assert "LLMRUN_LLAMA_AMX=1" in problem.what and "segmentation fault" in problem.what
     assert "unset LLMRUN_LLAMA_AMX" in problem.fix and llama_build.REBUILD in problem.fix
-    assert "no-amx.cmake" in llama_build.REBUILD and llama_build.NO_AMX_CMAKE.is_file()
+    assert "llama-cpp.cmake" in llama_build.REBUILD and llama_build.BUILD_CMAKE.is_file()
     assert report(facts())["llama_cpp"]["amx"] == "not compiled in"
 
 
@@ -126,7 +126,9 @@ def test_quick_start_and_ci_build_llama_cpp_the_same_way() -> None:
     ci = re.search(r'CMAKE_ARGS="\$\{CMAKE_ARGS:-([^}]+)\}"', (root / ".ci" / "run").read_text())
     assert len(lines) == 2 and all(quick) and ci
     assert (
-        {m.group(1) for m in quick if m} == {ci.group(1)} == {"-DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/no-amx.cmake"}
+        {m.group(1) for m in quick if m}
+        == {ci.group(1)}
+        == {"-DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/llama-cpp.cmake"}
     )
 
 
