@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmrun import backends, rpc
+from llmrun import backends
 from llmrun.backends import select
 from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.backends.select import Choice, Platform
@@ -236,7 +236,7 @@ def plan_run(
         draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)
     memory = plan(header, load.n_ctx, load.kv_type)
     check_loadable(header)
-    available = available_memory() + sum(worker.free for worker in rpc.workers(load.rpc))
+    available = available_memory() + _workers_free_memory(load.rpc)
     if memory.total_bytes > available:
         message = (
             f"{resolved.name} needs about {format_bytes(memory.total_bytes)} "
@@ -324,6 +324,15 @@ def plan_remote(
         (),
         endpoints=chosen,
     )
+
+
+def _workers_free_memory(workers: Sequence[str]) -> int:
+    """What the `rpc` workers have free (asking them, once per process), so the memory check counts it."""
+    if not workers:
+        return 0
+    from llmrun import rpc  # sockets: only when there are workers
+
+    return sum(worker.free for worker in rpc.workers(workers))
 
 
 def _rpc_warnings(backend: str, load: LoadParams) -> list[str]:

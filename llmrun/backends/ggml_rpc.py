@@ -7,8 +7,9 @@ the way :func:`register` does: ``ggml_backend_reg_by_name("RPC")``, its
 puts them on the workers (llama.cpp splits the layers by the workers' free memory).
 
 Needs a llama-cpp-python built with ``-DGGML_RPC=ON`` (the quick start's build is; see
-:data:`REBUILD`). The functions are looked up through llama-cpp-python's own library handle (``LLAMA_CPP_LIB_PATH``
-is honoured the same way), so the devices registered here are the ones its ``Llama`` sees.
+:data:`REBUILD`). The functions are looked up through llama-cpp-python's own library handle
+(``LLAMA_CPP_LIB_PATH`` is honoured the same way), so the devices registered here are the ones its
+``Llama`` sees.
 """
 
 from __future__ import annotations
@@ -53,8 +54,17 @@ def _ggml() -> ctypes.CDLL:
     return lib
 
 
+def _load_backends() -> bool:
+    """llama.cpp's own first step (``llama_supports_gpu_offload`` loads a dynamic-backend build's
+    backends when none is registered yet); whether it found anything to offload to, RPC included."""
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
 def available() -> bool:
-    """Whether this llama.cpp build has the RPC backend."""
+    """Whether this llama.cpp build has the RPC backend (a dynamic-backend build's are loaded first)."""
     import llama_cpp
 
     return bool(llama_cpp.llama_supports_rpc())
@@ -63,9 +73,8 @@ def available() -> bool:
 def has_gpu() -> bool:
     """Whether ggml has a GPU (or integrated GPU) device here, workers aside: llama.cpp's own
     ``llama_supports_gpu_offload`` answers yes for any build with the RPC backend."""
-    import llama_cpp
-
-    llama_cpp.llama_backend_init()
+    if not _load_backends():
+        return False
     lib = _ggml()
     return bool(lib.ggml_backend_dev_by_type(DEVICE_TYPE_GPU) or lib.ggml_backend_dev_by_type(DEVICE_TYPE_IGPU))
 
@@ -97,12 +106,9 @@ def _catch_aborts() -> None:
 def register(endpoints: Sequence[str]) -> None:
     """Add the workers at ``endpoints`` (HOST:PORT, already probed: llama.cpp ends the process on one
     it cannot reach) as ggml devices; the ones this process already added are skipped."""
-    import llama_cpp
-
     if not available():
         raise BackendError("this llama-cpp-python was built without llama.cpp's RPC backend", f"rebuild it: {REBUILD}")
     with _lock:
-        llama_cpp.llama_backend_init()
         _catch_aborts()
         ggml = _ggml()
         reg = ggml.ggml_backend_reg_by_name(b"RPC")

@@ -79,6 +79,8 @@ def batch(
     schema: o.SchemaOpt = None,
     grammar: o.GrammarOpt = None,
     endpoint: o.EndpointOpt = None,
+    rpc: o.RpcOpt = None,
+    rpc_allow_remote: o.RpcAllowRemoteOpt = False,
 ) -> None:
     """Generate answers for many prompts with continuous batching; results as JSONL in input order.
 
@@ -124,7 +126,7 @@ def batch(
     if done_ids:
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
-    load_flags = {"n_ctx": ctx, "n_threads": threads, "n_gpu_layers": None}
+    load_flags = o.load_values(ctx, threads, None, rpc=rpc, rpc_allow_remote=rpc_allow_remote)
     run_plan = plan(
         model,
         flags,

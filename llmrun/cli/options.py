@@ -224,8 +224,6 @@ def load_values(
     rpc_allow_remote: bool = False,
 ) -> dict[str, Any]:
     """The load options a command was given, by :class:`LoadParams` field (None: not given)."""
-    from llmrun.rpc import parse_workers
-
     if rpc_allow_remote and not rpc:
         raise UsageError("--rpc-allow-remote needs --rpc", "name the workers: --rpc HOST:PORT,HOST:PORT")
     if kv_bits is not None and kv_bits not in KV_BITS_TYPES:
@@ -236,7 +234,7 @@ def load_values(
         "n_gpu_layers": gpu_layers,
         "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
         "max_kv_size": max_kv_size,
-        "rpc": parse_workers(rpc, allow_remote=rpc_allow_remote) if rpc else None,
+        "rpc": _workers(rpc, rpc_allow_remote) if rpc else None,
     }
 
 
@@ -466,3 +464,9 @@ RpcAllowRemoteOpt = Annotated[
         rich_help_panel=REMOTE,
     ),
 ]
+
+
+def _workers(values: list[str], allow_remote: bool) -> tuple[str, ...]:
+    from llmrun.rpc import parse_workers  # sockets: only when there are workers
+
+    return parse_workers(values, allow_remote=allow_remote)

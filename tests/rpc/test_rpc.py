@@ -75,12 +75,23 @@ def test_run_splits_the_layers_over_both_workers_and_answers_as_llama_cpp_does_h
         assert re.search(rf"RPC\d\[{re.escape(endpoint)}\] KV buffer size = +[0-9.]*[1-9]", done.stderr), done.stderr
 
 
-def test_chat_and_bench_use_the_workers(pair: str, gemma_cache: Path, env: dict[str, str]) -> None:
+def test_chat_batch_and_bench_use_the_workers(
+    pair: str, gemma_cache: Path, env: dict[str, str], tmp_path: Path, reference: str
+) -> None:
     chat = llmrun(
         ["chat", "-m", str(gemma_cache), "--rpc", pair, "-t", "0", "-n", "8"], stdin="Hello!\nAnd again?\n", env=env
     )
     assert chat.returncode == 0, chat.stderr[-2000:]
     assert len([line for line in chat.stdout.splitlines() if line.strip()]) >= 2
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"q{i}", "prompt": PROMPT}) + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    args = ["batch", str(prompts), "-o", str(out), "-m", str(gemma_cache), "--rpc", pair, "--raw", "-t", "0"]
+    batch = llmrun([*args, "-n", str(TOKENS), "--parallel", "1", "--ctx", "512"], env=env)
+    assert batch.returncode == 0, batch.stderr[-2000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == ["q0", "q1", "q2"]
+    assert all(line["text"] == reference for line in lines)
     bench = llmrun(
         ["bench", "-m", str(gemma_cache), "--rpc", pair, "-p", "16", "-n", "8", "-r", "1", "--json"], env=env
     )

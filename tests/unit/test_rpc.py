@@ -169,3 +169,20 @@ def test_a_worker_that_is_not_there_is_one_line() -> None:
         with pytest.raises(BackendError, match=f"cannot reach the RPC worker at 127.0.0.1:{port}") as caught:
             rpc.probe(f"127.0.0.1:{port}")
     assert caught.value.hint.startswith(f"start it there: ggml-rpc-server --host 127.0.0.1 --port {port}")
+
+
+def test_a_build_with_the_rpc_backend_is_not_taken_for_one_with_a_gpu() -> None:
+    """llama.cpp's llama_supports_gpu_offload says yes for the RPC backend alone; llmrun's default
+    `n_gpu_layers` asks for a GPU device, so a CPU machine keeps its layers unless workers are named."""
+    import llama_cpp
+
+    from llmrun.backends.ggml_rpc import available, has_gpu
+    from llmrun.pipeline import load_defaults
+
+    info = llama_cpp.llama_print_system_info().decode()
+    if any(name in info for name in ("CUDA", "METAL", "Metal", "VULKAN", "Vulkan", "HIP", "SYCL", "OpenCL")):
+        pytest.skip("this llama.cpp has a GPU backend")
+    assert available() is bool(llama_cpp.llama_supports_rpc())
+    assert has_gpu() is False and load_defaults()["n_gpu_layers"] == 0
+    if available():
+        assert llama_cpp.llama_supports_gpu_offload()  # what llmrun does not go by
