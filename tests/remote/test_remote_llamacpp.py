@@ -4,7 +4,6 @@ OpenAI server (``python -m llama_cpp.server``), a real process on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,11 +40,7 @@ def url(smollm: Path, home: Path) -> Iterator[str]:
         serving.wait_for(base + "/v1/models", process, lambda: (home / "server.log").read_text()[-2000:])
         yield base + "/v1"
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        serving.stop(process)
         log.close()
 
 

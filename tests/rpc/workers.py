@@ -25,6 +25,7 @@ import pytest
 
 from llmrun.backends.llama_build import BUILD_CMAKE
 from tests.helpers import interruptible
+from tests.server import serving
 
 SERVER = "ggml-rpc-server"
 
@@ -89,15 +90,9 @@ def client_env(bin_dir: Path) -> dict[str, str]:
     return {"LLAMA_CPP_LIB_PATH": str(bin_dir)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(bin_dir: Path, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
     """One worker (one thread: the machine's cores go to whoever computes) listening on a free port."""
-    port = free_port()
+    port = serving.free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(bin_dir / SERVER), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
@@ -116,13 +111,7 @@ def start(bin_dir: Path, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    serving.stop(process, signal.SIGTERM, timeout=10)
 
 
 @contextlib.contextmanager

@@ -70,6 +70,18 @@ def wait_for(url: str, process: subprocess.Popen[Any], output: Callable[[], str]
     pytest.fail(f"the server did not answer {url} within {timeout:.0f} s: {output()}")
 
 
+def stop(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 30) -> None:
+    """Signal a child (Ctrl-C by default) and wait for it; killed if it has not exited in ``timeout``."""
+    if process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextlib.contextmanager
 def running(args: list[str], env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """:func:`start`, and Ctrl-C (waiting for it to exit) when the block ends, unless it already exited."""
