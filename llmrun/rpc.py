@@ -50,15 +50,19 @@ class Worker:
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """HOST and PORT of ``HOST:PORT`` (``[v6]:PORT`` for IPv6); a one-line error otherwise."""
+    """HOST and PORT of ``HOST:PORT``; a one-line error otherwise (also for IPv6, which llama.cpp's
+    client cannot parse: it splits at the first colon and resolves with ``gethostbyname``)."""
     host, sep, port_text = endpoint.rpartition(":")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UsageError(
             f"`rpc` worker {endpoint!r} is not HOST:PORT", f"e.g. 192.168.1.10:{DEFAULT_PORT} (ggml-rpc-server's port)"
         )
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or any(c.isspace() or c in "/?#@" for c in host):
+    if ":" in host or host.startswith("["):
+        raise UsageError(
+            f"`rpc` worker {endpoint!r}: llama.cpp's RPC client takes an IPv4 address or a host name, not IPv6",
+            f"use the worker's IPv4 address or name, e.g. 192.168.1.10:{DEFAULT_PORT}",
+        )
+    if any(c.isspace() or c in "/?#@[]" for c in host):
         raise UsageError(f"`rpc` worker {endpoint!r} has no valid host", f"e.g. 192.168.1.10:{DEFAULT_PORT}")
     return host, int(port_text)
 
