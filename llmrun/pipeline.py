@@ -131,11 +131,9 @@ class RunPlan:
             return rows
         names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
         names += ["max_kv_size"] if self.backend == "mlx" else []
-        names += ["rpc"] if self.load.rpc else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
-        rows = [
-            (name, ",".join(value), source) if name == "rpc" else (name, value, source) for name, value, source in rows
-        ]
+        if self.load.rpc:
+            rows.append(("rpc", ",".join(self.load.rpc), self.sources["rpc"]))
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
         source = self.sources.get("draft", "default")
         rows.append(("draft", self.draft.value, source))
@@ -216,7 +214,7 @@ def plan_run(
             f"`n_ctx` {load.n_ctx} is beyond the {geom.context_train} tokens this model was trained on; "
             "expect worse output past that point"
         )
-    warnings += _rpc_warnings(located.backend.backend, load)
+    warnings += _check_rpc(located.backend.backend, load)
     if located.backend.backend == "mlx":
         on_cpu = not (here or select.this_platform()).apple_silicon
         warnings += mlx_warnings(
@@ -335,7 +333,8 @@ def _workers_free_memory(workers: Sequence[str]) -> int:
     return sum(worker.free for worker in rpc.workers(workers))
 
 
-def _rpc_warnings(backend: str, load: LoadParams) -> list[str]:
+def _check_rpc(backend: str, load: LoadParams) -> list[str]:
+    """`rpc` workers run llama.cpp (other backends: refused); a warning when they would get no layer."""
     if not load.rpc:
         return []
     if backend != "gguf":

@@ -13,13 +13,13 @@ The protocol has no authentication or encryption and a worker trusts whatever co
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmrun.errors import BackendError, UsageError
+from llmrun.remote.endpoint import is_loopback
 
 DEFAULT_PORT = 50052  # ggml-rpc-server's
 MAX_WORKERS = 16  # GGML_RPC_MAX_SERVERS
@@ -65,16 +65,6 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     if any(c.isspace() or c in "/?#@[]" for c in host):
         raise UsageError(f"`rpc` worker {endpoint!r} has no valid host", f"e.g. 192.168.1.10:{DEFAULT_PORT}")
     return host, int(port_text)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine: ``localhost`` or a loopback address (names are not resolved)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_workers(values: Sequence[str], *, allow_remote: bool) -> tuple[str, ...]:

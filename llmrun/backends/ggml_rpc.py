@@ -15,6 +15,7 @@ Needs a llama-cpp-python built with ``-DGGML_RPC=ON`` (the quick start's build i
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import threading
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ _registered: set[str] = set()  # workers this process has added (ggml keeps one 
 _abort_callback: Any = None  # kept referenced: ggml holds a raw pointer to it
 
 
+@functools.cache
 def _ggml() -> ctypes.CDLL:
     """ggml's functions, looked up through llama-cpp-python's libllama handle.
 
@@ -124,9 +126,3 @@ def register(endpoints: Sequence[str]) -> None:
                 raise BackendError(f"the RPC worker at {endpoint} offers no device", "start it with a device")
             ggml.ggml_backend_register(worker_reg)
             _registered.add(endpoint)
-
-
-def registered() -> frozenset[str]:
-    """The workers this process has added (and holds a connection to)."""
-    with _lock:
-        return frozenset(_registered)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -11,6 +10,7 @@ import typer
 
 from llmrun.cli import options as o
 from llmrun.errors import UsageError
+from llmrun.remote.endpoint import is_loopback
 
 if TYPE_CHECKING:
     from llmrun.server.state import ServerConfig
@@ -126,7 +126,7 @@ def serve(
     from llmrun.server.state import ServerConfig
 
     key = _api_key(api_key, api_key_file)
-    if not _loopback(host) and key is None and not no_auth:
+    if not is_loopback(host) and key is None and not no_auth:
         raise UsageError(
             f"--host {host} makes the server reachable from other machines, and it has no API key",
             f"set one (--api-key-file FILE or ${KEY_ENV}), or pass --no-auth to serve without one",
@@ -151,7 +151,7 @@ def serve(
     )
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)
-    _run(config, host, port, warn_open=not _loopback(host) and key is None)
+    _run(config, host, port, warn_open=not is_loopback(host) and key is None)
 
 
 DEFAULT_PORT = 8080
@@ -192,15 +192,6 @@ def _api_key(value: str | None, path: Path | None) -> str | None:
     if value is not None and (len(value) < 8 or any(c.isspace() for c in value)):
         raise UsageError("the API key must be at least 8 characters, without spaces", "e.g. openssl rand -hex 24")
     return value
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _duration(text: str) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
     from llmrun.config import ModelEntry
 
 DEFAULT_KEY_ENV = "LLMRUN_API_KEY"  # the variable `llmrun serve` reads its key from, so llmrun fleets work as is
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +70,13 @@ def entry_endpoints(entry: ModelEntry) -> tuple[Endpoint, ...]:
     """A models.toml entry's endpoints: its URLs, the model as they serve it, and its key's variable."""
     key_env = entry.api_key_env or DEFAULT_KEY_ENV
     return tuple(Endpoint(url, entry.served, key_env) for url in entry.endpoints)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine: ``localhost`` or a loopback address (names are not resolved)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
