@@ -37,7 +37,9 @@ def sequential(texts: list[str], tokens: int) -> tuple[float, list[str], int]:
     """`llmrun run` for each prompt, in this process, timed by its own prefill and decode timings."""
     from typer.testing import CliRunner
 
-    from llmrun.cli.app import app
+    from llmrun.cli.app import build
+
+    app = build()  # every command (the installed `llmrun` loads only the one it runs)
 
     runner = CliRunner()
     outputs, generated = [], 0
@@ -57,7 +59,9 @@ def sequential(texts: list[str], tokens: int) -> tuple[float, list[str], int]:
 def batched(texts: list[str], tokens: int, parallel: int) -> tuple[float, list[str], int]:
     from typer.testing import CliRunner
 
-    from llmrun.cli.app import app
+    from llmrun.cli.app import build
+
+    app = build()  # every command (the installed `llmrun` loads only the one it runs)
 
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp) / "in.txt", Path(tmp) / "out.jsonl"

@@ -5,7 +5,12 @@ Three tasks on an instruction-tuned model through its chat template, greedy:
 (the prompt ``llmrun run --rag`` builds), (3) free story writing. Each round runs the
 task with drafting off, ``auto`` and ``ngram`` in turn, on one loaded model (alternating,
 never two model processes at once), and reports median decode tokens/s, the ratio to
-off, how much was drafted and kept, and whether the answer was the plain one.
+off, how much was drafted and kept, and whether the answer was the plain one (token for
+token). Two more rows are llama-cpp-python's own draft interface on the same file in the same
+rounds, the alternative to llmrun's loop on the batch API: ``Llama.generate`` (greedy) on
+``Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=K))`` (``lcpp-ngram``) and on
+the same ``Llama`` with the draft model unset (``lcpp-off``, its own plain decoding, which its
+ratio and its answer are compared with).
 Goals (issue 21): >= 1.5x on (1), >= 1.2x on (2), >= 0.95x on (3) with auto.
 
 Usage: python benchmarks/bench_spec.py [--rounds 3] [--tokens 160] [--model FILE.gguf] [--draft-tokens 8]
@@ -46,6 +51,7 @@ PASSAGES = [
 QUESTION = "How are the backup keys rotated?"
 STORY = "Write a short story about a dragon who learns to bake bread."
 MODES = ("off", "auto", "ngram")
+LCPP = ("lcpp-off", "lcpp-ngram")  # llama-cpp-python's Llama.generate without and with LlamaPromptLookupDecoding
 
 
 def smollm_path() -> Path:
@@ -62,11 +68,12 @@ def task_prompts(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
     from llmrun.pipeline import render_prompt
     from llmrun.rag.context import ground
     from llmrun.rag.store import Hit
-    from llmrun.template import Message, builtin_for
+    from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for
 
     metadata = model.llama.metadata
-    template = metadata.get("tokenizer.chat_template") or builtin_for(metadata.get("general.architecture", ""))
-    hits = [Hit(0.8 - i / 10, text, path, 0, len(text), "chars") for i, (path, text) in enumerate(PASSAGES)]
+    builtin = BUILTIN_TEMPLATES[builtin_for(metadata.get("general.architecture", ""))]  # as llmrun run falls back
+    template = metadata.get("tokenizer.chat_template") or builtin
+    hits = [Hit(0.8 - i / 10, text, path, 1, 1, "line") for i, (path, text) in enumerate(PASSAGES)]
     rag = ground(QUESTION, hits, lambda text: len(model.tokenize(text)), model.n_ctx, 256).prompt
     asks = {
         "edit": f"Fix the spelling mistakes in this paragraph and give the corrected paragraph:\n\n{EDIT}",
@@ -74,6 +81,26 @@ def task_prompts(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
         "story": STORY,
     }
     return {name: render_prompt(model, template, [Message("user", text)]).ids for name, text in asks.items()}
+
+
+def lcpp_generate(llama, draft, ids: list[int], max_tokens: int) -> tuple[float, list[int]]:  # type: ignore[no-untyped-def]
+    """Greedy decode tokens/s (after the first token, as llmrun's stats count it) and the tokens (less the
+    end token), through llama-cpp-python's ``Llama.generate`` with ``draft`` as its draft model (None: off)."""
+    import time
+
+    llama.draft_model = draft
+    llama.reset()
+    tokens: list[int] = []
+    first = 0.0
+    for token in llama.generate(ids, temp=0.0, repeat_penalty=1.0, reset=True):
+        if not tokens:
+            first = time.perf_counter()
+        tokens.append(token)
+        if token == llama.token_eos() or len(tokens) >= max_tokens:
+            break
+    seconds = time.perf_counter() - first
+    tps = (len(tokens) - 1) / seconds if len(tokens) > 1 and seconds > 0 else 0.0
+    return tps, [t for t in tokens if t != llama.token_eos()]
 
 
 def main() -> None:
@@ -84,7 +111,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     args = parser.parse_args()
 
-    from llmrun.backends.base import Done, LoadParams
+    from llmrun.backends.base import Done, LoadParams, Token
     from llmrun.backends.gguf import GgufBackend
     from llmrun.sampling import SamplingParams
     from llmrun.speculative import Draft
@@ -93,39 +120,54 @@ def main() -> None:
     path = args.model or smollm_path()
     model = GgufBackend().load(path, LoadParams(4096, default_threads(), 0))
     prompts = task_prompts(model)
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    lookup = LlamaPromptLookupDecoding(num_pred_tokens=args.draft_tokens)
+    lcpp = Llama(str(path), n_ctx=4096, n_threads=default_threads(), draft_model=lookup, verbose=False)  # in turn
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens)
     speed: dict[tuple[str, str], list[float]] = {}
     counts: dict[tuple[str, str], list[int]] = {}
-    texts: dict[tuple[str, str], set[str]] = {}
+    texts: dict[tuple[str, str], set[tuple[int, ...]]] = {}
     for round_index in range(args.rounds + 1):  # the first round warms up
         for task, ids in prompts.items():
             for mode in MODES:
                 model.use_draft(Draft.parse(mode, args.draft_tokens))
                 model.reset()  # no KV reuse between runs: each starts from the prompt alone
-                done = next(e for e in model.stream(ids, params) if isinstance(e, Done))
+                events = list(model.stream(ids, params))
+                done = events[-1]
+                assert isinstance(done, Done)
                 if round_index:
                     speed.setdefault((task, mode), []).append(done.stats.generation_tps)
                     tally = counts.setdefault((task, mode), [0, 0, 0])
                     tally[0] += done.stats.drafted
                     tally[1] += done.stats.accepted
                     tally[2] += done.stats.generated_tokens
-                    texts.setdefault((task, mode), set()).add(done.text)
+                    answer = tuple(e.id for e in events if isinstance(e, Token))
+                    texts.setdefault((task, mode), set()).add(answer)
+            for mode, draft in zip(LCPP, (None, lookup), strict=True):
+                tps, tokens = lcpp_generate(lcpp, draft, ids, args.tokens)
+                if round_index:
+                    speed.setdefault((task, mode), []).append(tps)
+                    texts.setdefault((task, mode), set()).add(tuple(tokens))
     model.close()
+    lcpp.close()
     med = statistics.median
     print(
         f"model {path.name}, {default_threads()} threads, greedy, {args.tokens} tokens at most, "
         f"draft up to {args.draft_tokens} tokens, {args.rounds} alternating rounds (medians)"
     )
-    print(f"  {'task':6} {'mode':6} {'tok/s':>8} {'vs off':>7} {'drafted':>8} {'kept':>6} {'same text':>10}")
+    print(f"  {'task':6} {'mode':10} {'tok/s':>8} {'vs off':>7} {'drafted':>8} {'kept':>6} {'same text':>10}")
     for task in prompts:
-        base = med(speed[(task, "off")])
-        for mode in MODES:
-            drafted, accepted, _generated = counts[(task, mode)]
-            share = f"{accepted / drafted:.0%}" if drafted else "-"
-            same = texts[(task, mode)] == texts[(task, "off")]
+        for mode in (*MODES, *LCPP):
+            drafted, accepted, _generated = counts.get((task, mode), (-1, 0, 0))  # lcpp does not count
+            share = f"{accepted / drafted:.0%}" if drafted > 0 else "-"
+            plain = LCPP[0] if mode in LCPP else "off"
+            base = med(speed[(task, plain)])
+            same = texts[(task, mode)] == texts[(task, plain)]
             print(
-                f"  {task:6} {mode:6} {med(speed[(task, mode)]):8.1f} {med(speed[(task, mode)]) / base:6.2f}x "
-                f"{drafted:8d} {share:>6} {'yes' if same else 'NO':>10}"
+                f"  {task:6} {mode:10} {med(speed[(task, mode)]):8.1f} {med(speed[(task, mode)]) / base:6.2f}x "
+                f"{drafted if drafted >= 0 else '?':>8} {share:>6} {'yes' if same else 'NO':>10}"
             )
 
 

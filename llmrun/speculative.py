@@ -13,9 +13,10 @@ compare", so sampled output has the target's distribution too.
 Drafters:
 
 - prompt lookup (``ngram``): the last few tokens are looked up in the prompt and the
-  text so far, and the tokens that followed their latest earlier occurrence are the
-  draft (llama.cpp's ``--spec-type ngram``, transformers' ``prompt_lookup_num_tokens``);
-  nothing to load, and large wins where an answer quotes its input;
+  text so far, and the tokens that followed their first occurrence are the draft (as
+  transformers' ``prompt_lookup_num_tokens`` and llama-cpp-python's
+  ``LlamaPromptLookupDecoding`` choose); nothing to load, and large wins where an answer
+  quotes its input;
 - a draft model (``MODEL``): a small model with the same vocabulary drafts greedily
   (see the backends);
 - ``auto``: prompt lookup, switched off while the drafts it makes are mostly refused
@@ -86,19 +87,32 @@ class Drafter(Protocol):
 
 
 class PromptLookup:
-    """Drafts by copying: the tokens that followed the latest earlier occurrence of the longest
-    suffix of ``history`` (``NGRAM_SIZES`` tokens) that occurred before.
+    """Drafts by copying: the tokens that followed an earlier occurrence of the longest suffix of
+    ``history`` (``NGRAM_SIZES`` tokens) that occurred before — its latest occurrence in the answer
+    so far, else its first in the prompt.
 
-    One instance follows one growing sequence: it indexes each n-gram once, as the history grows,
-    so a proposal costs the same at any length. A history that is not an extension of the one it
-    indexed (a new request) starts a fresh index."""
+    In the prompt the first occurrence, as transformers' and llama-cpp-python's prompt lookup
+    choose: what an answer quotes is its input, which comes first, while the latest occurrence is
+    often the question restated at the end (a RAG prompt's "How are the backup keys rotated?"
+    against the passage the answer copies). In the answer the latest: an answer that repeats
+    itself (a list's recurring shape, a model in a loop) goes on as it last went. Both measured in
+    ``benchmarks/bench_spec.py``.
 
-    def __init__(self, sizes: Sequence[int] = NGRAM_SIZES) -> None:
+    One instance follows one growing sequence: its first ``prompt_tokens`` tokens are the prompt
+    (None: the history of the first proposal less its last token, the first sampled), and the rest
+    is the answer. It indexes each n-gram once, as the history grows, so a proposal costs the same
+    at any length. A history that is not an extension of the one it indexed (a new request) starts
+    a fresh index."""
+
+    def __init__(self, sizes: Sequence[int] = NGRAM_SIZES, prompt_tokens: int | None = None) -> None:
         self.sizes = tuple(sorted(set(sizes), reverse=True))
         if not self.sizes or self.sizes[-1] < 1:
             raise InvalidParameter("ngram sizes", sizes, "positive integers")
+        self.prompt_tokens = prompt_tokens
         self._seen: list[int] = []
-        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> the position just after its latest occurrence
+        self._answer = 0  # where the answer begins in the history
+        self._first: dict[tuple[int, ...], int] = {}  # n-gram -> the position just after its first occurrence
+        self._latest: dict[tuple[int, ...], int] = {}  # … after its latest occurrence within the answer
 
     def propose(self, history: Sequence[int], limit: int) -> list[int]:
         if limit < 1 or len(history) < 2:
@@ -107,7 +121,8 @@ class PromptLookup:
         for n in self.sizes:
             if len(history) <= n:
                 continue
-            start = self._index.get(tuple(history[-n:]))
+            suffix = tuple(history[-n:])
+            start = self._latest.get(suffix, self._first.get(suffix))
             if start is not None:
                 return list(history[start : start + limit])
         return []
@@ -115,18 +130,22 @@ class PromptLookup:
     def _follow(self, history: Sequence[int]) -> None:
         """Index every n-gram that ends before the last position (the suffix itself is the query)."""
         seen = self._seen
-        if len(seen) > len(history) or list(history[: len(seen)]) != seen:
-            self._seen, self._index = [], {}
+        if not seen or len(seen) > len(history) or list(history[: len(seen)]) != seen:
+            self.close()
+            self._answer = len(history) - 1 if self.prompt_tokens is None else self.prompt_tokens
             seen = self._seen
         old = len(seen)
         seen.extend(history[old:])
         for end in range(max(old, 1), len(seen)):  # n-grams ending at position end (exclusive)
             for n in self.sizes:
                 if end >= n:
-                    self._index[tuple(seen[end - n : end])] = end
+                    gram = tuple(seen[end - n : end])
+                    self._first.setdefault(gram, end)
+                    if end - n >= self._answer:
+                        self._latest[gram] = end
 
     def close(self) -> None:
-        self._seen, self._index = [], {}
+        self._seen, self._first, self._latest = [], {}, {}
 
 
 @dataclass

@@ -39,6 +39,7 @@ class LoadParams:
     vocab_only: bool = False  # load the tokenizer only (tokenize, fast)
     max_kv_size: int | None = None  # MLX: a rotating KV cache of this many tokens (None: grows to n_ctx)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) that hold the offloaded layers
+    flash_attn: bool | None = None  # GGUF: llama.cpp's flash attention (None: by the model, see backends.attention)
 
     def __post_init__(self) -> None:
         if self.kv_type not in KV_TYPES:

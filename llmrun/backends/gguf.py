@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
-from llmrun.errors import BackendError, ContextFull, UsageError
+from llmrun.errors import BackendError, ContextFull, LlmrunError, UsageError
 from llmrun.generation import assemble, score
 from llmrun.sampling import SamplingParams
 from llmrun.speculative import Draft, Gate
@@ -106,6 +106,25 @@ def _masker(constraint: Constraint) -> Callable[[Any, Any], Any]:
         return logits
 
     return process
+
+
+def _flash_attention(path: Path, params: LoadParams) -> bool:
+    """``params.flash_attn``, or llmrun's choice for this model (:mod:`llmrun.backends.attention`)."""
+    if params.flash_attn is not None:
+        return params.flash_attn
+    if params.vocab_only:
+        return False  # no context: nothing attends
+    from llmrun.backends.attention import flash_attention
+    from llmrun.gguf_header import read_header
+    from llmrun.header_cache import cached_header
+    from llmrun.memory import geometry
+
+    try:
+        geom = geometry(cached_header(path, read_header))
+    except LlmrunError:
+        geom = None  # llama.cpp says what is wrong with the file as it loads it
+    offloaded = bool(params.rpc) or (params.n_gpu_layers != 0 and gpu_offload_supported())
+    return flash_attention(geom.head_dim_k if geom else None, params.kv_type, offloaded)
 
 
 def gpu_offload_supported() -> bool:
@@ -211,7 +230,7 @@ class GgufModel:
                 self,
                 ids,
                 params,
-                drafter_for(self),
+                drafter_for(self, len(ids)),
                 self.draft.tokens,
                 gate=gate,
                 logprobs=logprobs,
@@ -354,10 +373,7 @@ class GgufBackend:
                     vocab_only=params.vocab_only,
                     type_k=kv_type,
                     type_v=kv_type,
-                    # llama.cpp's own tools turn flash attention on wherever it is supported (their default,
-                    # "auto"); llama-cpp-python leaves it off. On: 8 streams in one batch decode 15% faster
-                    # (benchmarks/bench_serve.py), and a quantized V cache needs it.
-                    flash_attn=True,
+                    flash_attn=_flash_attention(path, params),
                     verbose=False,
                 )
         except (ValueError, RuntimeError, OSError) as exc:

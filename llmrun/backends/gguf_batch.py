@@ -149,7 +149,7 @@ class BatchDecoder:
         pending = list(request.ids[reused:])
         slot = _Slot(seq, request, sampler, assembler, pending, reused, logprobs=logprobs, cached=self._kept[seq])
         if self._draft is not None:
-            slot.lookup = PromptLookup()
+            slot.lookup = PromptLookup(prompt_tokens=len(request.ids))
             slot.gate = Gate() if self._draft.mode == "auto" else None
         self._slots[seq] = slot
         return None

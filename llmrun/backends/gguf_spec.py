@@ -195,6 +195,6 @@ class ModelDrafter:
         self.draft.close()
 
 
-def drafter_for(model: GgufModel) -> Drafter:
+def drafter_for(model: GgufModel, prompt_tokens: int) -> Drafter:
     """The drafter a stream uses: the draft model when one is loaded, else prompt lookup (fresh per request)."""
-    return model.draft_model_drafter or PromptLookup()
+    return model.draft_model_drafter or PromptLookup(prompt_tokens=prompt_tokens)

@@ -40,7 +40,9 @@ def test_greedy_equals_raw_llama_cpp_token_for_token(gemma: Path) -> None:
     from llmrun.sysinfo import default_threads
 
     with avoid_extra_buffers():  # llmrun's own loading (the same on every build but one with AMX kernels)
-        raw = Llama(model_path=str(gemma), n_ctx=4096, n_threads=default_threads(), flash_attn=True, verbose=False)
+        raw = Llama(  # flash attention on, as llmrun loads Gemma (llmrun.backends.attention)
+            model_path=str(gemma), n_ctx=4096, n_threads=default_threads(), flash_attn=True, verbose=False
+        )
     expected = raw.create_completion(PROMPT, max_tokens=32, temperature=0.0)
     prompt_ids = raw.tokenize(PROMPT.encode(), add_bos=True)
     raw_ids = []
@@ -328,3 +330,20 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(gemma: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout) == 12 and result.stderr == ""
+
+
+@pytest.mark.parametrize(("kv_type", "want"), [("f16", False), ("q8_0", True)])
+def test_a_loaded_model_attends_as_llmrun_chooses(smollm: Path, kv_type: str, want: bool) -> None:
+    from llmrun.backends.base import LoadParams
+    from llmrun.backends.gguf import GgufBackend
+
+    model = GgufBackend().load(smollm, LoadParams(256, 1, 0, kv_type=kv_type))
+    try:
+        assert model.llama.context_params.flash_attn_type == int(want)  # llama.cpp's enum: 0 off, 1 on
+    finally:
+        model.close()
+    forced = GgufBackend().load(smollm, LoadParams(256, 1, 0, flash_attn=True))
+    try:
+        assert forced.llama.context_params.flash_attn_type == 1
+    finally:
+        forced.close()

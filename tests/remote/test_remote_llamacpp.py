@@ -17,6 +17,16 @@ from tests.server import serving
 pytestmark = pytest.mark.slow
 
 
+def _flash_attention(model: Path) -> bool:
+    """Flash attention as llmrun chooses it for ``model`` here, so both servers compute alike."""
+    from llmrun.backends.attention import flash_attention
+    from llmrun.gguf_header import read_header
+    from llmrun.memory import geometry
+
+    geom = geometry(read_header(model))
+    return flash_attention(geom.head_dim_k if geom else None, "f16", offloaded=False)
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("remote-llamacpp")
@@ -27,7 +37,7 @@ def url(smollm: Path, home: Path) -> Iterator[str]:
     port = serving.free_port()
     log = (home / "server.log").open("w")  # a file, not a pipe: its model-loading log would fill a pipe and block it
     args = ["--model", str(smollm), "--port", str(port), "--n_ctx", "1024", "--n_threads", "2"]
-    args += ["--chat_format", "chatml", "--flash_attn", "true"]  # flash attention on, as llmrun loads models
+    args += ["--chat_format", "chatml", "--flash_attn", str(_flash_attention(smollm)).lower()]  # as llmrun loads it
     process = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", *args],
         stdout=log,

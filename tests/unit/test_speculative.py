@@ -24,13 +24,24 @@ def test_draft_tokens_out_of_range_are_refused(tokens: object) -> None:
     assert caught.value.name == "draft_tokens"
 
 
-def test_prompt_lookup_copies_what_followed_the_latest_earlier_occurrence() -> None:
+def test_prompt_lookup_copies_the_first_occurrence_in_the_prompt_and_the_latest_in_the_answer() -> None:
     lookup = PromptLookup()
-    history = [1, 2, 3, 4, 5, 9, 2, 3, 4, 6, 7, 8, 2, 3, 4]
-    # the suffix (2, 3, 4) occurred at 1..3 (then 5) and at 6..8 (then 6, 7, 8): the latest wins
-    assert lookup.propose(history, 3) == [6, 7, 8]
-    assert lookup.propose(history, 10) == [6, 7, 8, 2, 3, 4]  # the copy may run up to the end
+    prompt = [1, 2, 3, 4, 5, 9, 2, 3, 4, 6, 7, 8, 2, 3]
+    history = [*prompt, 4]  # the first call: the prompt and the first sampled token
+    # the suffix (2, 3, 4) occurred in the prompt at 1..3 (then 5, 9) and at 6..8 (then 6, 7, 8): the first wins
+    assert lookup.propose(history, 2) == [5, 9]
+    assert lookup.propose(history, 20) == history[4:]  # the copy may run up to the end
     assert lookup.propose(history, 0) == []
+    history += [5, 9, 2, 3, 4, 7, 7, 2, 3, 4]
+    # now (2, 3, 4) also occurred in the answer (at 17..19, then 7, 7): the answer's latest wins
+    assert lookup.propose(history, 2) == [7, 7]
+    assert PromptLookup().propose([6, 7, 6, 7], 5) == [6, 7]  # an occurrence overlapping the suffix counts
+
+
+def test_prompt_lookup_told_where_the_prompt_ends_counts_an_answer_it_did_not_see_grow() -> None:
+    history = [1, 2, 9, 9, 1, 2, 7, 1, 2]  # a prompt of four tokens, then an answer first looked up late
+    assert PromptLookup(prompt_tokens=4).propose(history, 2) == [7, 1]  # (1, 2) in the answer: its latest
+    assert PromptLookup().propose(history, 2) == [9, 9]  # unsaid, all but the last token is the prompt: its first
 
 
 def test_prompt_lookup_falls_back_to_shorter_suffixes_and_finds_nothing_new() -> None:
@@ -44,18 +55,22 @@ def test_prompt_lookup_follows_a_growing_history_and_restarts_on_another() -> No
     lookup = PromptLookup()
     history = [10, 11, 12, 13, 10, 11]
     assert lookup.propose(history, 2) == [12, 13]
-    history += [12, 99, 10, 11, 12]  # grows: indexed incrementally, the latest occurrence now follows with 99
-    assert lookup.propose(history, 2) == [99, 10]
+    history += [12, 99, 10, 11, 12]  # grows: indexed incrementally; (10, 11, 12) first occurred at the start
+    assert lookup.propose(history, 2) == [13, 10]
+    history += [99, 5, 12, 99]  # (12, 99) occurred twice since, in the answer: the latest goes on 5, 12, 99
+    assert lookup.propose(history, 3) == [5, 12, 99]
     assert lookup.propose([1, 2, 1, 2], 1) == [1]  # not an extension: a fresh index, no stale n-grams
     assert lookup.propose([4, 5, 4, 5], 2) == [4, 5]
 
 
-def test_prompt_lookup_agrees_with_a_brute_force_search() -> None:
+@pytest.mark.parametrize("prompt_length", [2, 40, 200])
+def test_prompt_lookup_agrees_with_a_brute_force_search(prompt_length: int) -> None:
     import random
 
-    rng = random.Random(7)
+    rng = random.Random(prompt_length)
     lookup = PromptLookup(sizes=(3, 2))
-    history: list[int] = []
+    history = [rng.randrange(6) for _ in range(prompt_length)]
+    answer = prompt_length  # the first call: the prompt and the first token the model sampled
     for _ in range(400):
         history.append(rng.randrange(6))
         want: list[int] = []
@@ -65,7 +80,9 @@ def test_prompt_lookup_agrees_with_a_brute_force_search() -> None:
             suffix = history[-n:]
             starts = [i for i in range(len(history) - n) if history[i : i + n] == suffix]
             if starts:
-                want = history[starts[-1] + n : starts[-1] + n + 5]
+                in_answer = [i for i in starts if i >= answer]
+                start = in_answer[-1] if in_answer else starts[0]
+                want = history[start + n : start + n + 5]
                 break
         assert lookup.propose(history, 5) == want
 
