@@ -88,19 +88,20 @@ def test_prompt_lookup_agrees_with_a_brute_force_search(prompt_length: int) -> N
 
 
 def test_the_auto_gate_drafts_what_pays_by_its_first_guesses() -> None:
-    gate = Gate(p=0.75, prior_ratio=0.25)
+    gate = Gate(prior_ratio=0.25)
+    assert gate.p == 0.75
     # k tokens yield 1 + p + … + p^k for 1 + 0.25·k passes: 1.40, 1.54, 1.56, 1.52 … for k = 1, 2, 3, 4
     assert gate.length(8) == 3
     assert gate.length(2) == 2 and gate.length(0) == 0
 
 
 def test_the_auto_gate_learns_the_cost_of_a_drafted_position_from_timed_passes() -> None:
-    cheap = Gate(p=0.9)
+    cheap = Gate(kept=9.0, refused=1.0)
     for k in [0, 1, 2, 4, 8, 3, 0, 6] * 3:
         cheap.record(k, k, 0.010 + 0.0002 * k)  # nearly free positions: a memory-bound GPU
     assert cheap.ratio() == pytest.approx(0.02, abs=0.005)
     assert cheap.length(8) == 8
-    dear = Gate(p=0.75)
+    dear = Gate()
     for k in [0, 1, 2, 4, 0, 3, 2, 1] * 3:
         dear.record(k, 0 if k == 0 else 1, 0.010 + 0.008 * k)
     assert dear.ratio() == pytest.approx(0.8, abs=0.05)
@@ -108,7 +109,7 @@ def test_the_auto_gate_learns_the_cost_of_a_drafted_position_from_timed_passes()
 
 
 def test_the_auto_gate_stops_drafting_when_drafts_are_refused_and_probes_again() -> None:
-    gate = Gate(p=0.75, prior_ratio=0.25, probe=4)
+    gate = Gate(prior_ratio=0.25, probe=4)
     for _ in range(30):
         gate.record(3, 0)  # every draft refused at once
     assert gate.p < 0.05
@@ -116,6 +117,16 @@ def test_the_auto_gate_stops_drafting_when_drafts_are_refused_and_probes_again()
     for _ in range(30):
         gate.record(1, 1)  # the probes are kept: a quote began
     assert gate.length(8) >= 3
+
+
+def test_the_auto_gate_counts_a_draft_kept_whole_once_per_token() -> None:
+    gate = Gate(prior_ratio=0.25)
+    for _ in range(20):
+        gate.record(8, 8)  # a quote: the whole draft kept
+        gate.record(8, 0)  # then a refusal at once
+    # 8 tokens kept for each refusal: p near 8/9 (averaging each step's fraction would say 1/2, and draft 1)
+    assert gate.p == pytest.approx(8 / 9, abs=0.02)
+    assert gate.length(8) >= 4
 
 
 def test_a_tally_counts_only_steps_that_drafted() -> None:
