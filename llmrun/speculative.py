@@ -162,11 +162,13 @@ class Gate:
     weighs eight times one token kept. (Averaging each step's kept fraction instead weighs a quote's
     long drafts like single tokens: bench_spec's RAG answer went 1.40x instead of 1.60x.) The step
     drafts the k (0 … ``most``) with the most tokens a second; when that is 0 it drafts nothing,
-    and every ``probe`` steps it drafts one token anyway, to notice when drafts start
-    to pay again (a quote begins)."""
+    and every ``probe`` steps it drafts one token anyway, to notice when drafts start to pay again
+    (a quote begins)."""
 
-    kept: float = 3.0  # tokens kept, weighted; with ``refused`` a first guess of p = 0.75 worth four
-    refused: float = 1.0  # tokens, replaced by what the run shows within a few steps
+    # Drafted tokens kept and refusals, weighted. The defaults are a first guess, p = 0.75 worth four
+    # tokens, which what the run shows replaces within a few steps.
+    kept: float = 3.0
+    refused: float = 1.0
     prior_ratio: float = 0.25  # b/a until the passes measured say otherwise
     decay: float = 0.9
     probe: int = 16
