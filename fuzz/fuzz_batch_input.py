@@ -4,7 +4,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun import batchio
+    from llmrun.api import batch as batchio
 
 
 def one(data: bytes) -> None:

@@ -5,7 +5,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.template import Context, Message, render_text
+    from llmrun.prompt.template import Context, Message, render_text
 
 ROLES = ("system", "user", "assistant", "tool")
 

@@ -4,7 +4,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.gguf_header import read_header
+    from llmrun.formats.gguf_header import read_header
 
 
 def one(data: bytes) -> None:

@@ -4,7 +4,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.quantize.imatrix import read_imatrix
+    from llmrun.formats.imatrix import read_imatrix
 
 
 def one(data: bytes) -> None:

@@ -4,8 +4,8 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.memory import geometry
-    from llmrun.mlx_header import read_mlx_header
+    from llmrun.formats.memory import geometry
+    from llmrun.formats.mlx_header import read_mlx_header
 
 
 def one(data: bytes) -> None:

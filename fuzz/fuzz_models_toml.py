@@ -6,7 +6,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.config import parse_registry_text
+    from llmrun.models.registry import parse_registry_text
 
 
 def one(data: bytes) -> None:

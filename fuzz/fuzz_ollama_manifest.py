@@ -7,7 +7,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.otherstores import ollama_model, ollama_models
+    from llmrun.models.otherstores import ollama_model, ollama_models
 
 GGUF = b"GGUF" + bytes(20)
 

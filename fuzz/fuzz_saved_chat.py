@@ -4,7 +4,7 @@ import atheris
 import harness
 
 with atheris.instrument_imports():
-    from llmrun.chat import read_saved
+    from llmrun.engine.chat import read_saved
 
 
 def one(data: bytes) -> None:

@@ -124,3 +124,8 @@ class RemoteError(LlmrunError):
         self.status = status
         self.setting = setting  # the sampling setting the endpoint rejected, when it named one
         self.down = down  # the endpoint cannot be reached at all (send it nothing more)
+
+
+def backend_cannot(what: str) -> UsageError:
+    """A model whose backend lacks a capability (a remote engine has no logits): one line saying so."""
+    return UsageError(f"this model's backend cannot {what}", "use a GGUF or MLX model for this")

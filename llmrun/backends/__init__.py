@@ -6,7 +6,7 @@ from importlib import import_module
 from typing import cast
 
 from llmrun.backends.base import Backend
-from llmrun.errors import UsageError
+from llmrun.errors import BackendError, UsageError
 
 _BACKENDS = {"gguf": ("llmrun.backends.gguf", "GgufBackend"), "mlx": ("llmrun.backends.mlx", "MlxBackend")}
 
@@ -22,3 +22,7 @@ def get(name: str) -> Backend:
         raise UsageError(f"unknown backend {name!r}", f"choose one of: {', '.join(_BACKENDS)}") from None
     backend_class = getattr(import_module(module_name), class_name)
     return cast(Backend, backend_class())
+
+
+def mlx_missing() -> BackendError:
+    return BackendError("the MLX backend needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from llmrun.errors import InvalidParameter, LlmrunError, UsageError
-from llmrun.sampling import SamplingParams
+from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.tokens import Vocabulary
+from llmrun.errors import InvalidParameter, backend_cannot
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,9 +24,7 @@ if TYPE_CHECKING:
 
     from llmrun.structured.grammar import Constraint
 
-FinishReason = Literal["eos", "stop", "length", "context"]
 KvType = Literal["f16", "q8_0", "q4_0"]
-TokenKind = Literal["control", "user", "normal"]
 KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 
 
@@ -60,78 +60,7 @@ class LoadParams:
             raise InvalidParameter("rpc", self.rpc, "a list of HOST:PORT workers")
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A token the model considered, with its log-probability under the model (temperature 1)."""
-
-    id: int
-    piece: bytes
-    logprob: float
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    """One generated token and the text it completes (may be empty while held back).
-
-    ``logprob`` and ``top`` are filled when the stream was asked for log-probabilities; a reasoning
-    model's reasoning comes in ``reasoning``, apart from the answer's ``text`` (see llmrun.reasoning).
-    """
-
-    id: int
-    text: str
-    logprob: float | None = None
-    top: tuple[Candidate, ...] = ()
-    reasoning: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationStats:
-    prompt_tokens: int
-    generated_tokens: int
-    prompt_seconds: float  # prefill: from the call to the first sampled token
-    generation_seconds: float  # from the first token to the last
-    finish_reason: FinishReason
-    seed: int | None  # the seed actually used (None for greedy)
-    stop_string: str | None = None
-    cached_tokens: int = 0  # prompt tokens whose KV cells were kept from an earlier request, not evaluated
-    valid: bool | None = None  # constrained output: whether the text is complete under its format
-    drafted: int = 0  # speculative decoding: tokens proposed by the draft
-    accepted: int = 0  # … and those the model kept
-
-    @property
-    def prompt_tps(self) -> float:
-        evaluated = self.prompt_tokens - self.cached_tokens
-        return evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
-
-    @property
-    def generation_tps(self) -> float:
-        # the first token's time is the prefill; decode speed is over the rest
-        decoded = self.generated_tokens - 1
-        return decoded / self.generation_seconds if decoded > 0 and self.generation_seconds > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    text: str  # the whole answer, as streamed
-    stats: GenerationStats
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRequest:
-    index: int  # the caller's key, returned with the outcome
-    ids: list[int]
-    params: SamplingParams
-    constraint: Constraint | None = None  # the format the answer must follow (structured output)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOutcome:
-    index: int
-    done: Done | None  # None when the request failed
-    error: LlmrunError | None = None
-
-
-class LoadedModel(Protocol):
+class LoadedModel(Vocabulary, Protocol):
     """What every backend does: tokens in and out, and a stream of generated tokens.
 
     Everything else is an optional capability with a protocol of its own (:class:`Logits`,
@@ -140,25 +69,6 @@ class LoadedModel(Protocol):
 
     path: Path
     n_ctx: int
-
-    def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]: ...
-
-    def detokenize(self, ids: Sequence[int], *, special: bool = False) -> str: ...
-
-    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
-
-    def token_kind(self, token_id: int) -> TokenKind:
-        """``control`` (plain text never makes it), ``user`` (an added token, matched in any text), else ``normal``."""
-        ...
-
-    @property
-    def bos_id(self) -> int | None: ...
-
-    @property
-    def eos_id(self) -> int | None: ...
-
-    @property
-    def adds_bos(self) -> bool: ...
 
     def stream(
         self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
@@ -195,41 +105,23 @@ class GeneratesBatch(Protocol):
     ) -> Generator[BatchOutcome, None, None]: ...
 
 
-@runtime_checkable
-class Constrains(Protocol):
-    """Constrained decoding (structured output): the model's vocabulary as llguidance reads it, built
-    once per loaded model; its ``stream`` and batch decoder apply a request's constraint."""
-
-    def grammar_tokenizer(self) -> Any: ...
-
-
 def with_logits(model: object, what: str) -> Logits:
     """``model`` as :class:`Logits`, or one line saying what its backend cannot do."""
     if not isinstance(model, Logits):
-        raise _cannot(what)
+        raise backend_cannot(what)
     return model
 
 
 def evaluating(model: object, what: str) -> Evaluates:
     if not isinstance(model, Evaluates):
-        raise _cannot(what)
-    return model
-
-
-def constraining(model: object, what: str) -> Constrains:
-    if not isinstance(model, Constrains):
-        raise _cannot(what)
+        raise backend_cannot(what)
     return model
 
 
 def batching(model: object, what: str) -> GeneratesBatch:
     if not isinstance(model, GeneratesBatch):
-        raise _cannot(what)
+        raise backend_cannot(what)
     return model
-
-
-def _cannot(what: str) -> UsageError:
-    return UsageError(f"this model's backend cannot {what}", "use a GGUF or MLX model for this")
 
 
 class Backend(Protocol):

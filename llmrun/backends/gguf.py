@@ -15,11 +15,14 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
+from llmrun.backends.base import LoadParams
+from llmrun.backends.llama_parts import _masker, sampler_kwargs
+from llmrun.decoding.assembler import assemble, score
+from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.speculative import Draft, Gate
+from llmrun.decoding.tokens import TokenKind
 from llmrun.errors import BackendError, ContextFull, LlmrunError, UsageError
-from llmrun.generation import assemble, score
-from llmrun.sampling import SamplingParams
-from llmrun.speculative import Draft, Gate
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,19 +30,6 @@ if TYPE_CHECKING:
 
     from llmrun.backends.gguf_spec import ModelDrafter
     from llmrun.structured.grammar import Constraint
-
-
-def sampler_kwargs(params: SamplingParams) -> dict[str, Any]:
-    """``Llama.generate`` keyword arguments for ``params`` (the seed and window are set apart)."""
-    return {
-        "temp": params.temperature,
-        "top_k": params.top_k,
-        "top_p": params.top_p,
-        "min_p": params.min_p,
-        "repeat_penalty": params.repeat_penalty,
-        "presence_penalty": params.presence_penalty,
-        "frequency_penalty": params.frequency_penalty,
-    }
 
 
 # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT (continues the previous line)
@@ -65,49 +55,6 @@ def _route_llama_logs() -> None:
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
 
-def sampler_chain(params: SamplingParams, seed: int, n_vocab: int, window: int) -> Any:
-    """A llama.cpp sampler chain for ``params``, as ``Llama.generate`` builds it from
-    :func:`sampler_kwargs` (penalties → greedy, or top-k → top-p → min-p → temperature → draw)."""
-    from llama_cpp import _internals as internals
-
-    chain = internals.LlamaSampler()
-    chain.add_penalties(n_vocab, window, params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
-    if params.greedy:
-        chain.add_greedy()
-    else:
-        chain.add_top_k(params.top_k)
-        chain.add_top_p(params.top_p, 1)
-        chain.add_min_p(params.min_p, 1)
-        chain.add_temp(params.temperature)
-        chain.add_dist(seed)
-    return chain
-
-
-def sample_row(ctx: Any, chain: Any, row: int, n_vocab: int, constraint: Constraint | None = None) -> int:
-    """The token ``chain`` samples from the logits of batch row ``row`` of ``ctx``: under ``constraint``
-    (which masks them first, in place, since llama.cpp's sampler reads them there, and then follows
-    the token)."""
-    if constraint is not None:
-        import numpy as np
-
-        constraint.mask(np.ctypeslib.as_array(ctx.get_logits_ith(row), shape=(n_vocab,)))
-    token = int(chain.sample(ctx, row))
-    if constraint is not None:
-        constraint.accept(token)
-    return token
-
-
-def _masker(constraint: Constraint) -> Callable[[Any, Any], Any]:
-    """A llama-cpp-python logits processor: called with the tokens so far before each sampled token."""
-
-    def process(input_ids: Any, logits: Any) -> Any:
-        constraint.follow(input_ids)
-        constraint.mask(logits)
-        return logits
-
-    return process
-
-
 def _flash_attention(path: Path, params: LoadParams) -> bool:
     """``params.flash_attn``, or llmrun's choice for this model (:mod:`llmrun.backends.attention`)."""
     if params.flash_attn is not None:
@@ -115,9 +62,9 @@ def _flash_attention(path: Path, params: LoadParams) -> bool:
     if params.vocab_only:
         return False  # no context: nothing attends
     from llmrun.backends.attention import flash_attention
-    from llmrun.gguf_header import read_header
-    from llmrun.header_cache import cached_header
-    from llmrun.memory import geometry
+    from llmrun.formats.gguf_header import read_header
+    from llmrun.formats.header_cache import cached_header
+    from llmrun.formats.memory import geometry
 
     try:
         geom = geometry(cached_header(path, read_header))
@@ -155,7 +102,7 @@ class GgufModel:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
         its vocabulary is checked against this model's, and a mismatch is one clear error)."""
         from llmrun.backends.gguf_spec import ModelDrafter
-        from llmrun.speculative import check_vocabulary
+        from llmrun.decoding.speculative import check_vocabulary
 
         if draft_model is not None:
             assert draft.model is not None

@@ -25,18 +25,15 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest, Done, Token
-from llmrun.backends.gguf import sample_row, sampler_chain
+from llmrun.backends.llama_parts import LlamaModel, sample_row, sampler_chain
+from llmrun.decoding.assembler import Assembler
+from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
+from llmrun.decoding.speculative import Gate, PromptLookup
+from llmrun.decoding.tokens import common_prefix, reusable
 from llmrun.errors import LlmrunError
-from llmrun.generation import Assembler
-from llmrun.memory import N_BATCH
-from llmrun.speculative import Gate, PromptLookup
-from llmrun.tokens import common_prefix, reusable
-
-if TYPE_CHECKING:
-    from llmrun.backends.gguf import GgufModel
+from llmrun.formats.memory import N_BATCH
 
 
 @dataclass
@@ -67,7 +64,7 @@ def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
 
 
 def generate(
-    model: GgufModel, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
+    model: LlamaModel, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
 ) -> Generator[BatchOutcome, None, None]:
     """Outcomes as sequences finish (not in request order)."""
     decoder = BatchDecoder(model, parallel, n_ctx_seq)
@@ -96,7 +93,7 @@ class BatchDecoder:
     finished, freeing their slots), :meth:`cancel` ends one at once. The batch command drives it
     over a known list, the engine's scheduler over requests that keep arriving."""
 
-    def __init__(self, model: GgufModel, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> None:
+    def __init__(self, model: LlamaModel, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> None:
         import llama_cpp
         from llama_cpp import _internals as internals
 
@@ -279,7 +276,7 @@ class BatchDecoder:
         return ([(index, tail)] if tail is not None else []) + [(index, done)]
 
     def _scorer(self, slot: _Slot) -> Any:
-        from llmrun.generation import score
+        from llmrun.decoding.assembler import score
 
         assert slot.sample_at is not None
         row = self._logits(slot.sample_at)

@@ -6,7 +6,7 @@ with the request's own sampler chain (llama.cpp's, as the plain path builds it):
 sampled token equals the draft the next position's logits are the right ones and sampling
 goes on; the first that differs is the target's correction and the rest of the draft is
 dropped from the KV cache. One sampler draw per emitted token, in the same order as plain
-decoding, so a seeded run samples the same tokens (see :mod:`llmrun.speculative` for why
+decoding, so a seeded run samples the same tokens (see :mod:`llmrun.decoding.speculative` for why
 "sample and compare" is the speculative-sampling rule for a deterministic draft).
 
 The model's ``Llama`` bookkeeping (``n_tokens``, ``input_ids``) is kept as ``Llama.eval``
@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import Done, Token
-from llmrun.generation import assemble, score, token_budget
-from llmrun.sampling import SamplingParams
-from llmrun.speculative import Drafter, Gate, PromptLookup, Tally
-from llmrun.tokens import common_prefix
+from llmrun.backends.llama_parts import LlamaModel
+from llmrun.decoding.assembler import assemble, score, token_budget
+from llmrun.decoding.events import Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.speculative import Drafter, Gate, PromptLookup, Tally
+from llmrun.decoding.tokens import common_prefix
 
 if TYPE_CHECKING:
-    from llmrun.backends.gguf import GgufModel
     from llmrun.structured.grammar import Constraint
 
 
@@ -62,7 +62,7 @@ class _Position:
 
 
 def speculative_stream(
-    model: GgufModel,
+    model: LlamaModel,
     ids: Sequence[int],
     params: SamplingParams,
     drafter: Drafter,
@@ -72,7 +72,7 @@ def speculative_stream(
     logprobs: int = 0,
     constraint: Constraint | None = None,
 ) -> Iterator[Token | Done]:
-    """:meth:`GgufModel.stream` with drafting: the same events, and the draft counts in the stats."""
+    """:meth:`LlamaModel.stream` with drafting: the same events, and the draft counts in the stats."""
     seed = params.run_seed()
     tally = Tally()
     position = _Position()
@@ -96,7 +96,7 @@ def speculative_stream(
     )
 
 
-def _scorer(model: GgufModel, position: _Position, n: int) -> Callable[[int], Any]:
+def _scorer(model: LlamaModel, position: _Position, n: int) -> Callable[[int], Any]:
     import numpy as np
 
     n_vocab = int(model.llama.n_vocab())
@@ -109,7 +109,7 @@ def _scorer(model: GgufModel, position: _Position, n: int) -> Callable[[int], An
 
 
 def _sampled(
-    model: GgufModel,
+    model: LlamaModel,
     ids: Sequence[int],
     params: SamplingParams,
     seed: int | None,
@@ -122,7 +122,7 @@ def _sampled(
     constraint: Constraint | None,
 ) -> Iterator[int]:
     """The target's sampled tokens, checking a draft at every step (the prompt is already evaluated)."""
-    from llmrun.backends.gguf import sample_row, sampler_chain
+    from llmrun.backends.llama_parts import sample_row, sampler_chain
 
     llama = model.llama
     n_vocab = int(llama.n_vocab())
@@ -171,7 +171,7 @@ class ModelDrafter:
     """A small GGUF model with the target's vocabulary drafts greedily, one token a forward pass,
     on a KV cache of its own that follows the text as the target keeps it (prefix reuse)."""
 
-    def __init__(self, draft: GgufModel) -> None:
+    def __init__(self, draft: LlamaModel) -> None:
         self.draft = draft
 
     def propose(self, history: Sequence[int], limit: int) -> list[int]:
@@ -195,6 +195,6 @@ class ModelDrafter:
         self.draft.close()
 
 
-def drafter_for(model: GgufModel, prompt_tokens: int) -> Drafter:
+def drafter_for(model: LlamaModel, prompt_tokens: int) -> Drafter:
     """The drafter a stream uses: the draft model when one is loaded, else prompt lookup (fresh per request)."""
     return model.draft_model_drafter or PromptLookup(prompt_tokens=prompt_tokens)

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import BatchOutcome, BatchRequest, Candidate, Done, LoadParams, Token, TokenKind
+from llmrun.backends.base import LoadParams
+from llmrun.backends.mlx_parts import PREFILL_STEP, make_processors, make_sampler
+from llmrun.decoding.assembler import assemble, score, token_budget
+from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.speculative import Draft
+from llmrun.decoding.tokens import TokenKind, reusable
 from llmrun.errors import BackendError, ContextFull, LlmrunError, UsageError
-from llmrun.generation import assemble, score, token_budget
-from llmrun.sampling import SamplingParams
-from llmrun.speculative import Draft
-from llmrun.tokens import reusable
+from llmrun.formats.mlx_header import is_mlx_dir, quiet_transformers
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,77 +33,8 @@ if TYPE_CHECKING:
 
 KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
 KV_GROUP_SIZE = 64
-PREFILL_STEP = 512
 EOG_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "<|eom_id|>", "</s>")
 """Tokens that end a turn (llama.cpp's end-of-generation set), besides the configured EOS."""
-
-
-def make_sampler(params: SamplingParams, vocab_size: int, *, seed: int | None = None) -> Callable[[Any], Any]:
-    """log-probabilities → token: top-k → top-p → min-p → temperature → draw (greedy at t=0).
-
-    With ``seed`` the draws come from the sampler's own key, not mlx's global random state, so a
-    sequence's answer does not depend on what else is sampled (continuous batching)."""
-    import mlx.core as mx
-    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, categorical_sampling
-
-    if params.greedy:
-        return lambda logprobs: mx.argmax(logprobs, axis=-1)
-    filters: list[Callable[[Any], Any]] = []
-    if 0 < params.top_k < vocab_size:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
-    if 0 < params.top_p < 1.0:
-        filters.append(lambda x: apply_top_p(x, params.top_p))
-    if params.min_p > 0:
-        filters.append(lambda x: apply_min_p(x, params.min_p))
-
-    key = [mx.random.key(seed)] if seed is not None else None
-
-    def sample(logprobs: Any) -> Any:
-        for apply in filters:
-            logprobs = apply(logprobs)
-        if key is None:
-            return categorical_sampling(logprobs, params.temperature)
-        key[0], draw = mx.random.split(key[0])
-        return mx.random.categorical(logprobs * (1 / params.temperature), key=draw)
-
-    return sample
-
-
-def make_processors(
-    params: SamplingParams, n_ctx: int, prompt_length: int, constraint: Constraint | None = None
-) -> list[Callable[[Any, Any], Any]]:
-    """Penalty processors over the generated tokens only, as the GGUF backend applies them; then the
-    constraint's mask (mlx-lm calls processors once before each sampled token, with the tokens so far)."""
-    masks: list[Callable[[Any, Any], Any]] = []
-    if constraint is not None:
-
-        def mask(tokens: Any, logits: Any) -> Any:
-            constraint.follow(tokens)
-            return constraint.mask_mlx(logits)
-
-        masks.append(mask)
-    return _penalties(params, n_ctx, prompt_length) + masks
-
-
-def _penalties(params: SamplingParams, n_ctx: int, prompt_length: int) -> list[Callable[[Any, Any], Any]]:
-    from mlx_lm.sample_utils import make_logits_processors
-
-    window = n_ctx if params.repeat_last_n == -1 else params.repeat_last_n
-    if window == 0:
-        return []
-    processors = make_logits_processors(
-        repetition_penalty=params.repeat_penalty if params.repeat_penalty != 1.0 else None,
-        repetition_context_size=window,
-        presence_penalty=params.presence_penalty or None,
-        presence_context_size=window,
-        frequency_penalty=params.frequency_penalty or None,
-        frequency_context_size=window,
-    )
-
-    def generated_only(process: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        return lambda tokens, logits: process(tokens[prompt_length:], logits)
-
-    return [generated_only(p) for p in processors]
 
 
 def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
@@ -146,7 +79,7 @@ class MlxModel:
     def use_draft(self, draft: Draft, draft_model: MlxModel | None = None) -> None:
         """Decode speculatively with a draft model (mlx-lm's ``speculative_generate_step``); its vocabulary
         is checked against this model's. Prompt lookup (``ngram``, ``auto``) is the GGUF backend's."""
-        from llmrun.speculative import check_vocabulary
+        from llmrun.decoding.speculative import check_vocabulary
 
         if draft.on and draft.mode != "model":
             raise UsageError(
@@ -347,7 +280,7 @@ class MlxModel:
         import mlx.core as mx
         from mlx_lm.generate import speculative_generate_step
 
-        from llmrun.speculative import Tally
+        from llmrun.decoding.speculative import Tally
 
         assert self._draft_model is not None
         budget, _ = token_budget(len(ids), self.n_ctx, params)
@@ -484,16 +417,6 @@ def expand_on_cpu(config: dict[str, Any]) -> bool:
     return "quantization" in config and mx.default_device() == mx.cpu
 
 
-def quiet_transformers() -> None:
-    """mlx-lm imports transformers, which prints "PyTorch was not found" unless told to keep quiet."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
-
-def is_mlx_dir(path: Path) -> bool:
-    """An MLX / Hugging Face model directory: ``config.json`` and safetensors weights."""
-    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
 class MlxBackend:
     name = "mlx"
 
@@ -502,7 +425,7 @@ class MlxBackend:
         try:
             from mlx_lm.utils import load_config, load_model, load_tokenizer
         except ImportError as exc:
-            from llmrun.backends.select import mlx_missing
+            from llmrun.backends import mlx_missing
 
             raise mlx_missing() from exc
         if not is_mlx_dir(path):

@@ -6,20 +6,18 @@ sequence by one token (prompt chunks of new ones are processed in the same call)
 :meth:`cancel` ends one at once. Each sequence has its own sampler, seeded by its own
 key (mlx's global random state would make a seeded answer depend on its companions),
 and its own penalty processors; text, stop strings and the end of the answer are
-llmrun's (:class:`~llmrun.generation.Assembler`), as on every backend.
+llmrun's (:class:`~llmrun.decoding.assembler.Assembler`), as on every backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from llmrun.backends.base import BatchRequest, Done, Token
+from llmrun.backends.mlx_parts import PREFILL_STEP, MlxSequenceModel, make_processors, make_sampler
+from llmrun.decoding.assembler import Assembler
+from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.errors import LlmrunError
-from llmrun.generation import Assembler
-
-if TYPE_CHECKING:
-    from llmrun.backends.mlx import MlxModel
 
 
 @dataclass
@@ -30,10 +28,8 @@ class _Sequence:
 
 
 class MlxBatchDecoder:
-    def __init__(self, model: MlxModel, parallel: int, n_ctx_seq: int) -> None:
+    def __init__(self, model: MlxSequenceModel, parallel: int, n_ctx_seq: int) -> None:
         from mlx_lm.generate import BatchGenerator
-
-        from llmrun.backends.mlx import PREFILL_STEP
 
         self.model = model
         self.parallel = parallel
@@ -56,7 +52,6 @@ class MlxBatchDecoder:
 
     def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
         """Queue ``request`` in the generator; the error when it cannot run (its prompt does not fit)."""
-        from llmrun.backends.mlx import make_processors, make_sampler
 
         seed = request.params.run_seed()
         model = self.model
@@ -110,11 +105,11 @@ class MlxBatchDecoder:
         return ([(sequence.index, tail)] if tail is not None else []) + [(sequence.index, done)]
 
 
-def _scorer(logprobs: Any, n: int, model: MlxModel) -> Any:
+def _scorer(logprobs: Any, n: int, model: MlxSequenceModel) -> Any:
     import mlx.core as mx
     import numpy as np
 
-    from llmrun.generation import score
+    from llmrun.decoding.assembler import score
 
     row = np.array(logprobs.astype(mx.float32), dtype=np.float32).reshape(-1)
     return lambda token_id: score(row, token_id, n, model.token_bytes)

@@ -27,7 +27,7 @@ BATCH = 32
 
 
 def is_bert_dir(directory: Path) -> bool:
-    from llmrun.mlx_header import read_json
+    from llmrun.formats.mlx_header import read_json
 
     config = directory / "config.json"
     if not (config.is_file() and (directory / "tokenizer.json").is_file()):
@@ -113,8 +113,8 @@ def load_embedder(directory: Path) -> MlxEmbedder:
     import mlx.core as mx
     from tokenizers import Tokenizer
 
-    from llmrun.mlx_header import read_json
-    from llmrun.quantize.hf_gguf import pooling
+    from llmrun.formats.hf_gguf import pooling
+    from llmrun.formats.mlx_header import read_json
 
     config = read_json(directory / "config.json", "model config JSON")
     if not isinstance(config, dict) or config.get("model_type") != "bert":

@@ -15,10 +15,12 @@ from llmrun.cli import options as o
 from llmrun.errors import InvalidParameter, UsageError, word
 
 if TYPE_CHECKING:
-    from llmrun.batchio import Item, OrderedWriter
-    from llmrun.engine import Engine, LoadedEntry, Request, Result
-    from llmrun.pipeline import RunPlan
-    from llmrun.speculative import Draft
+    from llmrun.api.batch import Item, OrderedWriter
+    from llmrun.decoding.speculative import Draft
+    from llmrun.engine.core import Engine, LoadedEntry
+    from llmrun.engine.plan import RunPlan
+    from llmrun.engine.request import Request
+    from llmrun.engine.result import Result
     from llmrun.structured import Format
 
 BATCH_CONTEXT = 2048  # per sequence, unless --ctx (at most the model's trained length)
@@ -92,7 +94,7 @@ def batch(
 
     Across a fleet: llmrun batch jobs.jsonl -o out.jsonl --endpoint http://gpu1:8000/v1 --endpoint http://gpu2:8000/v1
     """
-    from llmrun import batchio
+    from llmrun.api import batch as batchio
     from llmrun.cli import render
     from llmrun.cli.run import plan
 
@@ -181,7 +183,7 @@ def _read(source: str) -> list[str]:
 
 def _check_memory(run_plan: RunPlan, parallel: int, force: bool) -> None:
     from llmrun.cli import render
-    from llmrun.pipeline import check_parallel_memory
+    from llmrun.engine.load import check_parallel_memory
     from llmrun.sysinfo import available_memory
 
     warning = check_parallel_memory(run_plan, parallel, available_memory(), force=force)
@@ -201,10 +203,11 @@ class Shape:
 
 
 def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, handle: IO[str]) -> None:
-    from llmrun import batchio
+    from llmrun.api import batch as batchio
     from llmrun.cli import render
-    from llmrun.engine import Engine, Request
-    from llmrun.template import Message
+    from llmrun.engine.core import Engine
+    from llmrun.engine.request import Request
+    from llmrun.prompt.template import Message
 
     writer = batchio.OrderedWriter(handle, [item.id for item in items])
     requests: list[Request] = []
@@ -255,8 +258,8 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
 def _openai_request(run_plan: RunPlan, item: Item) -> Request | str:
     """An OpenAI Batch line's request, its body read as ``llmrun serve`` reads one (its ``model`` is the
     job's, not this command's: the model is -m's, as a job moves between engines unchanged); or what is wrong."""
-    from llmrun.server import openai_api as api
-    from llmrun.server.errors import ApiError
+    from llmrun.api import openai as api
+    from llmrun.api.errors import ApiError
 
     assert item.openai is not None
     body = {**item.openai.body, "model": item.openai.body.get("model") or run_plan.model.name}
@@ -277,8 +280,8 @@ def _record(item: Item, result: Result, model: str) -> dict[str, Any]:
     import time as clock
     import uuid
 
-    from llmrun import batchio
-    from llmrun.server import openai_api as api
+    from llmrun.api import batch as batchio
+    from llmrun.api import openai as api
 
     chat = item.openai.chat
     body = {
@@ -302,7 +305,7 @@ def _generate(
     writer: OrderedWriter,
 ) -> None:
     from llmrun.cli import bars, render
-    from llmrun.engine import Result
+    from llmrun.engine.result import Result
 
     started = time.perf_counter()
     tokens = failed = done = 0

@@ -43,13 +43,15 @@ def bench(
 
     Example: llmrun bench -p 256 -n 64 -r 3 --kv-type f16,q8_0
     """
-    from llmrun import backends, benchmark
+    from llmrun import backends
     from llmrun.backends.base import LoadParams
-    from llmrun.backends.select import BACKEND_CHOICES
+    from llmrun.backends.rpc import workers as rpc_workers
     from llmrun.cli import render
-    from llmrun.config import load_registry
-    from llmrun.pipeline import attach_draft, load_defaults, locate
-    from llmrun.rpc import workers as rpc_workers
+    from llmrun.engine import benchmark
+    from llmrun.engine.load import attach_draft, load_defaults
+    from llmrun.engine.plan import locate
+    from llmrun.engine.select import BACKEND_CHOICES
+    from llmrun.models.registry import load_registry
 
     kv_types = _choices(kv_type, KV_TYPES, "--kv-type")
     backend_names = _choices(backend, BACKEND_CHOICES, "--backend")

@@ -15,8 +15,8 @@ from llmrun.cli import options as o
 from llmrun.errors import LlmrunError, UsageError
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import Done, Token
-    from llmrun.chat import ChatSession
+    from llmrun.decoding.events import Done, Token
+    from llmrun.engine.chat import ChatSession
 
 COMMANDS = {
     "/help": "show this help",
@@ -83,10 +83,10 @@ def chat(
 
     Input: Enter sends; Esc then Enter (or a \"\"\" block) adds lines. Piped stdin: one message per line.
     """
-    from llmrun.chat import ChatSession
     from llmrun.cli import render
     from llmrun.cli.run import plan
-    from llmrun.engine import Engine
+    from llmrun.engine.chat import ChatSession
+    from llmrun.engine.core import Engine
 
     if on_overflow not in ("drop", "error"):
         raise UsageError(f"--on-overflow must be drop or error, got {on_overflow!r}", "e.g. --on-overflow error")
@@ -139,8 +139,8 @@ def chat_default() -> str | None:
     import os
 
     from llmrun.cli import render
-    from llmrun.config import load_registry
-    from llmrun.packaged import locate
+    from llmrun.models.packaged import locate
+    from llmrun.models.registry import load_registry
 
     if os.environ.get("LLMRUN_MODEL"):
         return None
@@ -168,13 +168,13 @@ class Rag:
 
 
 def history_path() -> Path:
-    from llmrun.config import home_dir
+    from llmrun.paths import home_dir
 
     return home_dir() / "chat_history"
 
 
 def chats_dir() -> Path:
-    from llmrun.config import home_dir
+    from llmrun.paths import home_dir
 
     return home_dir() / "chats"
 
@@ -358,8 +358,8 @@ class Repl:
 
     # --- answers -------------------------------------------------------------------
     def stream(self, start: Callable[[], Generator[Token | Done, None, None]]) -> None:
-        from llmrun.backends.base import Done
         from llmrun.cli import render
+        from llmrun.decoding.events import Done
 
         markdown = self.markdown and self.out.is_terminal
         printer: render.TokenPrinter | render.MarkdownStream = (
@@ -451,7 +451,7 @@ class Repl:
             self.out.print(line, style="dim", markup=False)
 
     def load(self, name: str) -> None:
-        from llmrun.chat import list_saved
+        from llmrun.engine.chat import list_saved
 
         if not name:
             saved = list_saved(chats_dir())

@@ -11,7 +11,7 @@ import typer
 from llmrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from llmrun.pipeline import Located
+    from llmrun.engine.plan import Located
 
 
 def convert(
@@ -47,10 +47,10 @@ def convert(
       llmrun convert ./all-MiniLM-L6-v2 --to gguf -o all-minilm-l6-v2-f16.gguf
     """
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
-    from llmrun.memory import format_bytes
-    from llmrun.pipeline import locate
-    from llmrun.quantize.convert import check_bits, gguf_to_mlx
+    from llmrun.engine.plan import locate
+    from llmrun.formats.convert import check_bits, gguf_to_mlx
+    from llmrun.models.registry import load_registry
+    from llmrun.units import format_bytes
 
     if to not in ("mlx", "gguf"):
         raise UsageError(f"--to must be mlx or gguf, got {to!r}", "")
@@ -58,7 +58,7 @@ def convert(
         _to_gguf(source, out_type, output, force)
         return
     check_bits(bits, group_size)
-    from llmrun.backends.select import this_platform
+    from llmrun.engine.select import this_platform
 
     if not this_platform().mlx_installed:
         raise UsageError("converting to MLX needs mlx-lm, which is not installed", "pip install 'llmrun[mlx]'")
@@ -87,14 +87,14 @@ def _shown(path: Path) -> str:
 
 def _to_gguf(source: str, out_type: str, output: Path | None, force: bool) -> None:
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
-    from llmrun.memory import format_bytes
-    from llmrun.pipeline import locate
-    from llmrun.quantize.f16 import float_type, gguf_to_float
+    from llmrun.engine.plan import locate
+    from llmrun.formats.f16 import float_type, gguf_to_float
+    from llmrun.models.registry import load_registry
+    from llmrun.units import format_bytes
 
     kind = float_type(out_type)
     if Path(source).is_dir():
-        from llmrun.quantize.hf_gguf import hf_to_gguf
+        from llmrun.formats.hf_gguf import hf_to_gguf
 
         directory = Path(source)
         dest = output or Path(f"{directory.resolve().name.lower()}-{kind.lower()}.gguf")

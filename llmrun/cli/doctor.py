@@ -12,16 +12,16 @@ def doctor(json_output: o.JsonOpt = False) -> None:
 
     Each problem comes with the exact command that fixes it; the exit code is 1 when there are problems.
     """
-    from llmrun import doctor as checks
     from llmrun.cli import render
-    from llmrun.memory import format_bytes
+    from llmrun.engine import doctor as checks
+    from llmrun.units import format_bytes
 
     with render.status("Checking…"):
         facts = checks.gather()
     problems = checks.diagnose(facts)
     data = checks.report(facts)
     if json_output:
-        from llmrun.cli.flags import FLAGS
+        from llmrun.api.flags import FLAGS
         from llmrun.errors import word
 
         shown = [{"what": word(p.what, FLAGS), "fix": word(p.fix, FLAGS)} for p in problems]

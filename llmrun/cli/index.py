@@ -23,7 +23,7 @@ app = typer.Typer(
 def model_opener() -> Any:
     """``name → EmbeddingModel``, resolving (and pulling, with progress) through the registry."""
     from llmrun.cli import bars
-    from llmrun.config import load_registry
+    from llmrun.models.registry import load_registry
     from llmrun.rag.embedding import embedding_model
 
     registry = load_registry()
@@ -71,7 +71,8 @@ def add(
     """
     from llmrun.cli import bars, render
     from llmrun.rag import index
-    from llmrun.rag.store import check_name, open_store
+    from llmrun.rag.store import check_name
+    from llmrun.rag.stores import open_store
 
     check_name(collection)
     opener = model_opener()
@@ -124,7 +125,7 @@ def _print_add(report: AddReport, location: str) -> None:
 def ls(store: o.StoreOpt = None, json_output: o.JsonOpt = False) -> None:
     """List the collections: embedding model, files, chunks."""
     from llmrun.cli import render
-    from llmrun.rag.store import open_store
+    from llmrun.rag.stores import open_store
 
     vector_store = open_store(store)
     infos = []
@@ -177,7 +178,8 @@ def rm(
     """Delete a collection (its vectors and texts; the documents are not touched)."""
     from llmrun.cli import render
     from llmrun.errors import UsageError
-    from llmrun.rag.store import check_name, open_store
+    from llmrun.rag.store import check_name
+    from llmrun.rag.stores import open_store
 
     check_name(name)
     vector_store = open_store(store)
@@ -204,7 +206,7 @@ def query(
     """
     from llmrun.cli import render
     from llmrun.rag import index
-    from llmrun.rag.store import open_store
+    from llmrun.rag.stores import open_store
 
     info, hits = index.query(open_store(store), name, text, k, model_opener())
     hits = [hit for hit in hits if hit.score >= min_score]
@@ -234,7 +236,7 @@ def retrieve(name: str, question: str, k: int, store: str | None, min_score: flo
     (for run --rag and chat /rag); a warning when none does."""
     from llmrun.cli import render
     from llmrun.rag import index
-    from llmrun.rag.store import open_store
+    from llmrun.rag.stores import open_store
 
     with render.status(f"Searching {name}…"):
         _, hits = index.query(open_store(store), name, question, k, model_opener())

@@ -36,9 +36,10 @@ def tokenize(
     """
     from llmrun.backends.base import LoadParams
     from llmrun.cli import render
-    from llmrun.config import load_registry
-    from llmrun.pipeline import load_vocabulary, locate
-    from llmrun.tokens import spans
+    from llmrun.decoding.tokens import spans
+    from llmrun.engine.load import load_vocabulary
+    from llmrun.engine.plan import locate
+    from llmrun.models.registry import load_registry
 
     source = _text_or_error(text, "tokenize")
     located = locate(load_registry(), model, backend=backend)
@@ -97,15 +98,16 @@ def next_token(
     Example: llmrun next "The capital of France is" -t 0.7 --top-k 5
     """
     from llmrun.cli import render
-    from llmrun.engine import choose_template
-    from llmrun.inspection import next_token as compute
-    from llmrun.pipeline import load, prompt_ids
+    from llmrun.engine.inspection import next_token as compute
+    from llmrun.engine.load import load
+    from llmrun.engine.request import choose_template
+    from llmrun.prompt.render import prompt_ids
 
     text = _text_or_error(prompt, "next")
     flags = o.sampling_values(locals())
     run_plan = plan(model, flags, o.load_values(ctx, threads, None), force, backend)
     if run_plan.backend == "remote":
-        from llmrun.pipeline import remote_refusal
+        from llmrun.engine.plan import remote_refusal
 
         raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
     with render.status(f"Loading {run_plan.model.name}…"):

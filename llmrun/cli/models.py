@@ -14,7 +14,7 @@ from llmrun.cli import options as o
 from llmrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from llmrun.gguf_header import GgufHeader
+    from llmrun.formats.gguf_header import GgufHeader
 
 
 def show(
@@ -40,8 +40,8 @@ def show(
     Examples: llmrun show gemma3:270m --ctx 8192;  llmrun show smollm2:135m --template
     """
     from llmrun.cli import render
-    from llmrun.config import load_registry
-    from llmrun.memory import (
+    from llmrun.engine.plan import locate
+    from llmrun.formats.memory import (
         default_context,
         geometry,
         kv_cache_bytes,
@@ -50,8 +50,8 @@ def show(
         plan,
         weights_by_type,
     )
-    from llmrun.pipeline import locate
-    from llmrun.store import recorded_sha256
+    from llmrun.models.registry import load_registry
+    from llmrun.models.store import recorded_sha256
     from llmrun.sysinfo import available_memory
 
     if ctx is not None and ctx < 16:
@@ -60,7 +60,7 @@ def show(
     entry = registry.get(model) if model else None
     if entry is not None and entry.remote:
         if template:
-            from llmrun.pipeline import remote_refusal
+            from llmrun.engine.plan import remote_refusal
 
             raise remote_refusal(entry.name, entry.endpoints)
         _show_remote(entry, json_output)
@@ -124,7 +124,7 @@ def show(
 def _show_remote(entry: Any, json_output: bool) -> None:
     """A models.toml entry served by remote engines: what each endpoint says about the model."""
     from llmrun.cli import render
-    from llmrun.remote.endpoint import entry_endpoints
+    from llmrun.models.registry import entry_endpoints
     from llmrun.remote.info import describe
 
     with render.status("Asking the endpoint…"):
@@ -156,9 +156,10 @@ def _show_template(located: Any, json_output: bool) -> None:
     """The template a conversation with the model goes through, and a sample rendered by it."""
     from llmrun.backends.base import LoadParams
     from llmrun.cli import render
+    from llmrun.engine.load import load_vocabulary
     from llmrun.engine.request import templates_for
-    from llmrun.pipeline import load_vocabulary, render_prompt
-    from llmrun.template import Message
+    from llmrun.prompt.render import render_prompt
+    from llmrun.prompt.template import Message
 
     templates = templates_for(located.model.entry, located.header)
     text, source = templates.conversation, templates.conversation_source
@@ -187,11 +188,11 @@ def pull(
 
     Example: llmrun pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0
     """
-    from llmrun.backends import select
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
-    from llmrun.refs import ModelRef
-    from llmrun.resolve import resolve
+    from llmrun.engine import select
+    from llmrun.models.refs import ModelRef
+    from llmrun.models.registry import load_registry
+    from llmrun.models.resolve import resolve
 
     ref = ModelRef.parse(model)
     if ref.kind == "path":
@@ -216,9 +217,9 @@ def list_models(
 ) -> None:
     """The models in the local store: name, quant, size, when pulled, where."""
     from llmrun.cli import render
-    from llmrun.config import store_dir
     from llmrun.errors import StoreError
-    from llmrun.store import read_index
+    from llmrun.models.store import read_index
+    from llmrun.paths import store_dir
 
     rows = []
     try:
@@ -260,7 +261,7 @@ def list_models(
 
 def _foreign_rows() -> list[dict[str, Any]]:
     """Other tools' models (read where they are; a damaged one is listed as such)."""
-    from llmrun.otherstores import huggingface_ggufs, lmstudio_models, ollama_models
+    from llmrun.models.otherstores import huggingface_ggufs, lmstudio_models, ollama_models
 
     rows = []
     for listed in [*ollama_models(), *lmstudio_models(), *huggingface_ggufs()]:
@@ -276,7 +277,7 @@ def _foreign_rows() -> list[dict[str, Any]]:
 
 def _remote_rows() -> list[dict[str, Any]]:
     """models.toml entries served by remote engines (listed without asking them: `llmrun show NAME` does)."""
-    from llmrun.config import load_registry
+    from llmrun.models.registry import load_registry
 
     rows = []
     for entry in sorted(load_registry().models.values(), key=lambda e: e.name):
@@ -291,8 +292,9 @@ def _remote_rows() -> list[dict[str, Any]]:
 
 def _packaged_rows() -> list[dict[str, Any]]:
     """Models that installed PyPI packages carry (models.toml ``package``), once llmrun has used them."""
-    from llmrun.config import load_registry, store_dir
-    from llmrun.packaged import on_disk
+    from llmrun.models.packaged import on_disk
+    from llmrun.models.registry import load_registry
+    from llmrun.paths import store_dir
 
     rows = []
     for entry in load_registry().models.values():
@@ -314,10 +316,10 @@ def rm(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove a pulled model and its files (only files no other model uses)."""
-    from llmrun import pull as pulling
     from llmrun.cli import render
     from llmrun.errors import ModelNotFound
-    from llmrun.store import read_index
+    from llmrun.models import pull as pulling
+    from llmrun.models.store import read_index
 
     key = model.strip()
     if key not in read_index():
@@ -333,7 +335,7 @@ def rm(
 
 def _indexed_sha256(path: Path) -> str | None:
     """The sha256 the Hub published for a pulled file (checked when it was pulled)."""
-    from llmrun.store import read_index
+    from llmrun.models.store import read_index
 
     for entry in read_index().values():
         for f in entry["files"]:
@@ -345,7 +347,7 @@ def _indexed_sha256(path: Path) -> str | None:
 
 def _embedding(header: GgufHeader) -> str | None:
     """What an embedding model makes ("384-dimension vectors, mean pooling"), else None."""
-    from llmrun.gguf_header import is_embedding_model
+    from llmrun.formats.gguf_header import is_embedding_model
 
     if not is_embedding_model(header):
         return None

@@ -2,7 +2,7 @@
 
 Sampling options default to ``None`` ("not given") so that a value set in
 models.toml is not overridden by a built-in default; the defaults shown in the
-help come from :data:`llmrun.sampling.DEFAULTS`, their only home.
+help come from :data:`llmrun.decoding.sampling.DEFAULTS`, their only home.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from llmrun.cli.flags import FLAGS
+from llmrun.api.flags import FLAGS
+from llmrun.decoding.sampling import DEFAULTS, SamplingParams
+from llmrun.decoding.speculative import DEFAULT_DRAFT_TOKENS, Draft
 from llmrun.errors import UsageError
-from llmrun.sampling import DEFAULTS, SamplingParams
-from llmrun.speculative import DEFAULT_DRAFT_TOKENS, Draft
 
 if TYPE_CHECKING:
     from llmrun.structured import Format
@@ -318,7 +318,7 @@ HideThinkingOpt = Annotated[
 
 def template_choice(value: str | None) -> tuple[str, str] | None:
     """``--template``: the template and where it came from (None: the model's own)."""
-    from llmrun.template import load_template
+    from llmrun.prompt.template import load_template
 
     return load_template(value) if value is not None else None
 
@@ -467,6 +467,6 @@ RpcAllowRemoteOpt = Annotated[
 
 
 def _workers(values: list[str], allow_remote: bool) -> tuple[str, ...]:
-    from llmrun.rpc import parse_workers  # sockets: only when there are workers
+    from llmrun.backends.rpc import parse_workers
 
     return parse_workers(values, allow_remote=allow_remote)

@@ -80,11 +80,11 @@ def quantize(
       llmrun quantize ./gemma-mlx-16bit --bits 4
     """
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
-    from llmrun.memory import format_bytes
+    from llmrun.formats.output import tree_size
+    from llmrun.models.registry import load_registry
     from llmrun.quantize import job
     from llmrun.quantize.evaluate import describe
-    from llmrun.quantize.output import tree_size
+    from llmrun.units import format_bytes
 
     _check_tokens(tokens)
     eval_text = _read_text(text) if not no_eval else None
@@ -137,14 +137,14 @@ def evaluate(
     Example: llmrun eval gemma3-270m-q4_k_m --ref ./gemma-f16.gguf
     """
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
+    from llmrun.models.registry import load_registry
+    from llmrun.models.resolve import resolve
     from llmrun.quantize.evaluate import describe
-    from llmrun.resolve import resolve
 
     _check_tokens(tokens)
     eval_text = _read_text(text)
     registry = load_registry()
-    from llmrun.refs import ModelRef
+    from llmrun.models.refs import ModelRef
 
     with bars.download_progress() as progress:
         candidate = resolve(ModelRef.parse(model), registry, progress, _backend_of(model))
@@ -170,7 +170,7 @@ def _backend_of(name: str) -> str:
 
 
 def _recorded_source(name: str) -> Path:
-    from llmrun.store import read_index
+    from llmrun.models.store import read_index
 
     entry = read_index().get(name)
     source = entry.get("source_path") if entry else None
@@ -226,7 +226,7 @@ def _measure(
 def quality_table(report: QualityReport) -> None:
     """The report as the command's answer (stdout)."""
     from llmrun.cli import render
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     ref, cand, c = report.reference, report.candidate, report.comparison
     rows = [

@@ -75,7 +75,7 @@ def note(message: str) -> None:
 
 def _worded(text: str) -> str:
     """Parameters that core code names (`n_ctx`) as the flags that set them (--ctx)."""
-    from llmrun.cli.flags import FLAGS
+    from llmrun.api.flags import FLAGS
     from llmrun.errors import word
 
     return word(text, FLAGS)
@@ -208,7 +208,7 @@ def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None) 
     """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given)."""
     from rich.text import Text
 
-    from llmrun.pipeline import prompt_spans
+    from llmrun.prompt.render import prompt_spans
 
     console = console or err_console()
     spans = prompt_spans(model, ids)
@@ -262,7 +262,7 @@ def token_spans(groups: Sequence[Any]) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    from llmrun.tokens import visible
+    from llmrun.decoding.tokens import visible
 
     line = Text()
     for index, group in enumerate(groups):
@@ -273,7 +273,7 @@ def token_spans(groups: Sequence[Any]) -> None:
 
 
 def token_table(ids: Sequence[int], pieces: dict[int, bytes]) -> None:
-    from llmrun.tokens import visible
+    from llmrun.decoding.tokens import visible
 
     rows = []
     for index, token_id in enumerate(ids):
@@ -300,7 +300,7 @@ def next_token_table(result: Any, params: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from llmrun.tokens import visible
+    from llmrun.decoding.tokens import visible
 
     temperature = "greedy" if params.greedy else f"T={params.temperature:g}"
     grid = Table(box=None, pad_edge=False, show_edge=False, title_justify="left")
@@ -345,7 +345,7 @@ def model_facts(facts: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     window = facts["sliding_window"]
     rows = [
@@ -383,7 +383,7 @@ def memory_plan(memory: dict[str, Any]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     grid = Table(
         title=f"\nmemory plan at {memory['context']:,} tokens of context "
@@ -421,7 +421,7 @@ def bench_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     grid = Table(box=None, pad_edge=False)
     for column in ("model", "backend", "KV", "threads", "test", "t/s", "time to first token", "peak RSS"):
@@ -527,8 +527,8 @@ def block_end(text: str) -> int | None:
 def models_table(rows: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from llmrun.memory import format_bytes
-    from llmrun.resolve import quant_of
+    from llmrun.models.quants import quant_of
+    from llmrun.units import format_bytes
 
     grid = Table(box=None, pad_edge=False)
     for column in ("name", "format", "quant", "size", "pulled", "location"):

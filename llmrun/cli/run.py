@@ -14,10 +14,10 @@ from llmrun.cli import options as o
 from llmrun.errors import LlmrunError, UsageError
 
 if TYPE_CHECKING:
-    from llmrun.engine import Result
-    from llmrun.pipeline import RunPlan
+    from llmrun.decoding.speculative import Draft
+    from llmrun.engine.plan import RunPlan
+    from llmrun.engine.result import Result
     from llmrun.rag.store import Hit
-    from llmrun.speculative import Draft
     from llmrun.structured import Format
 
 
@@ -182,8 +182,9 @@ def plan(
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import bars, render
-    from llmrun.config import load_registry
-    from llmrun.pipeline import load_defaults, plan_run
+    from llmrun.engine.load import load_defaults
+    from llmrun.engine.plan import plan_run
+    from llmrun.models.registry import load_registry
     from llmrun.sysinfo import available_memory
 
     registry = load_registry()
@@ -267,7 +268,9 @@ def _generate(
     import math
 
     from llmrun.cli import render
-    from llmrun.engine import Engine, Request, Result, request_ids
+    from llmrun.engine.core import Engine
+    from llmrun.engine.request import Request, request_ids
+    from llmrun.engine.result import Result
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
@@ -395,7 +398,7 @@ def _draft_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _print_stats(report: dict[str, Any]) -> None:
     from llmrun.cli import render
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     t = report["timings"]
     n = report["tokens"]

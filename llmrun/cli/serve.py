@@ -10,7 +10,7 @@ import typer
 
 from llmrun.cli import options as o
 from llmrun.errors import UsageError
-from llmrun.remote.endpoint import is_loopback
+from llmrun.models.endpoint import is_loopback
 
 if TYPE_CHECKING:
     from llmrun.server.state import ServerConfig
@@ -235,7 +235,7 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
 
 
 def _default_name() -> str:
-    from llmrun.config import default_model_name, load_registry
+    from llmrun.models.registry import default_model_name, load_registry
 
     return default_model_name(load_registry())[0]
 

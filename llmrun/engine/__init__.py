@@ -2,23 +2,8 @@
 
 An adapter parses its input into a :class:`Request`; the :class:`Engine` loads the
 model by name (and keeps it, or unloads it after a while), renders the prompt through
-the chat template, streams :class:`~llmrun.backends.base.Token` events and ends with
+the chat template, streams :class:`~llmrun.decoding.events.Token` events and ends with
 one :class:`Result`, the single shape that ``run --json``, batch JSONL lines and
 server responses are built from. Many requests at once go through the
 :class:`~llmrun.engine.scheduler.Scheduler` (continuous batching on one model).
 """
-
-from llmrun.engine.core import Engine, LoadedEntry
-from llmrun.engine.request import Request, Templates, choose_template, request_ids
-from llmrun.engine.result import Result, TokenLogprob
-
-__all__ = [
-    "Engine",
-    "LoadedEntry",
-    "Request",
-    "Result",
-    "Templates",
-    "TokenLogprob",
-    "choose_template",
-    "request_ids",
-]

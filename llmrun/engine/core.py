@@ -14,7 +14,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import BatchRequest, Done, Token, batching
+from llmrun.backends.base import batching
+from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.request import (
     Prepared,
     Request,
@@ -26,11 +28,10 @@ from llmrun.engine.request import (
 )
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError
-from llmrun.reasoning import Splitter
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
-    from llmrun.pipeline import RunPlan
+    from llmrun.engine.plan import RunPlan
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Engine:
         template: tuple[str, str] | None = None,
         loader: Callable[[RunPlan], LoadedModel] | None = None,
     ) -> None:
-        from llmrun.pipeline import load
+        from llmrun.engine.load import load
 
         self._template = template
         self._loader = loader or load

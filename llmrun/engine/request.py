@@ -7,20 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmrun.decoding.reasoning import Thinking, split, thinking_for
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.errors import InvalidParameter, UsageError
-from llmrun.pipeline import Prompt, PromptFormat, prompt_ids, render_prompt
-from llmrun.reasoning import Thinking, split, thinking_for
-from llmrun.sampling import SamplingParams
+from llmrun.prompt.render import Prompt, PromptFormat, prompt_ids, render_prompt
+from llmrun.prompt.template import Message
 from llmrun.structured.formats import Format
 from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages, uses_tools
-from llmrun.template import Message
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
-    from llmrun.config import ModelEntry
+    from llmrun.engine.plan import RunPlan
     from llmrun.engine.result import Result
-    from llmrun.gguf_header import GgufHeader
-    from llmrun.pipeline import RunPlan
+    from llmrun.formats.gguf_header import GgufHeader
+    from llmrun.models.registry import ModelEntry
     from llmrun.structured.grammar import Constraint
 
 MAX_LOGPROBS = 100
@@ -92,7 +92,7 @@ def templates_for(
 ) -> Templates:
     """``chosen`` (a template and where it came from: ``--template``, built in or a file), else the
     model's own (models.toml's, then the model file's), else the built-in for its architecture."""
-    from llmrun.template import BUILTIN_TEMPLATES, builtin_for
+    from llmrun.prompt.template import BUILTIN_TEMPLATES, builtin_for
 
     if chosen is not None:
         return Templates(chosen[0], chosen[0], chosen[1], system)

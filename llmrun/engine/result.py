@@ -6,11 +6,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import Candidate, Done, FinishReason, Token
+from llmrun.decoding.events import Candidate, Done, FinishReason, Token
 
 if TYPE_CHECKING:
+    from llmrun.prompt.template import ToolCall
     from llmrun.structured.formats import Format
-    from llmrun.template import ToolCall
 
 
 @dataclass(frozen=True, slots=True)

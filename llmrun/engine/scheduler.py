@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from llmrun.backends.base import BatchRequest, Done, Token
+from llmrun.decoding.assembler import token_budget
+from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.request import Prepared, Request, request_constraint, request_ids, request_result
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
-from llmrun.generation import token_budget
-from llmrun.reasoning import Splitter
 
 log = logging.getLogger("llmrun.scheduler")
 

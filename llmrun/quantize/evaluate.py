@@ -14,10 +14,10 @@ from typing import Any
 
 from llmrun.backends.base import LoadedModel, LoadParams
 from llmrun.errors import UsageError
-from llmrun.gguf_header import read_header
+from llmrun.files import Progress
+from llmrun.formats.gguf_header import read_header
+from llmrun.formats.output import tree_size
 from llmrun.quantize.metrics import Comparison, compare
-from llmrun.quantize.output import tree_size
-from llmrun.store import Progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +61,13 @@ class QualityReport:
 def describe(name: str, path: Path) -> Side:
     """A model file or directory, with its format and type, read from its header (bounded)."""
     if path.is_dir():
-        from llmrun.mlx_header import read_mlx_header
+        from llmrun.formats.mlx_header import read_mlx_header
 
         header = read_mlx_header(path)
         bits = header.metadata.get("mlx.quantization.bits")
         kind = f"mlx {bits}-bit" if bits else _dtype(path)
         return Side(name, path, "mlx", kind, tree_size(path))
-    from llmrun.quantize.gguf import file_type
+    from llmrun.formats.gguf_quantize import file_type
 
     return Side(name, path, "gguf", file_type(read_header(path)), path.stat().st_size)
 
@@ -99,9 +99,9 @@ def text_ids(reference: LoadedModel, candidate: LoadedModel, text: str, max_toke
 
 def check_memory(reference: Side, candidate: Side, available: int) -> None:
     """Both models are in memory at once (an MLX model quantized on the CPU: expanded to 16 bits)."""
-    from llmrun.backends.select import this_platform
+    from llmrun.engine.select import this_platform
     from llmrun.errors import InsufficientMemory
-    from llmrun.memory import format_bytes
+    from llmrun.units import format_bytes
 
     on_cpu = not this_platform().apple_silicon
 

@@ -2,11 +2,11 @@
 
 Routes (source → target):
 
-* GGUF → GGUF: llama.cpp's quantizer (:mod:`llmrun.quantize.gguf`);
-* GGUF → MLX: the converter (:mod:`llmrun.quantize.convert`), quantizing with MLX;
-* safetensors directory → MLX: mlx-lm's quantization (:mod:`llmrun.quantize.mlx`);
+* GGUF → GGUF: llama.cpp's quantizer (:mod:`llmrun.formats.gguf_quantize`);
+* GGUF → MLX: the converter (:mod:`llmrun.formats.convert`), quantizing with MLX;
+* safetensors directory → MLX: mlx-lm's quantization (:mod:`llmrun.formats.mlx_quantize`);
 * safetensors directory → GGUF: an F16 GGUF written with the ``gguf`` package
-  (:mod:`llmrun.quantize.hf_gguf`), then llama.cpp's quantizer.
+  (:mod:`llmrun.formats.hf_gguf`), then llama.cpp's quantizer.
 
 The result is recorded in the local store under a name, so ``llmrun run -m NAME`` works
 at once. The reference for the quality report is the source itself (for a safetensors
@@ -22,11 +22,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmrun.config import Registry, store_dir
 from llmrun.errors import UsageError
-from llmrun.refs import ModelRef
-from llmrun.resolve import quant_of
-from llmrun.store import Progress
+from llmrun.files import Progress
+from llmrun.models.quants import quant_of
+from llmrun.models.refs import ModelRef
+from llmrun.models.registry import Registry
+from llmrun.paths import store_dir
 
 FORMATS = ("gguf", "mlx")
 
@@ -68,12 +69,12 @@ class Outcome:
 
 def find_source(text: str, registry: Registry, progress: Progress | None) -> Source:
     """A GGUF (a file, a registry model, a Hub GGUF, a model made here) or a safetensors directory."""
-    from llmrun.resolve import resolve
+    from llmrun.models.resolve import resolve
 
     ref = ModelRef.parse(text)
     path = Path(ref.name).expanduser() if ref.kind == "path" else None
     if path is not None and path.is_dir():
-        from llmrun.quantize.mlx import read_config
+        from llmrun.formats.mlx_quantize import read_config
 
         read_config(path)  # a non-model directory fails here, in one line
         return Source(text, _stem(path.name), path, "dir")
@@ -89,9 +90,10 @@ def find_source(text: str, registry: Registry, progress: Progress | None) -> Sou
 
 def _hub_source(ref: ModelRef, registry: Registry, progress: Progress | None) -> Source:
     """A Hub repo: its GGUF when it has one, else its safetensors, pulled as a directory."""
-    from llmrun import pull
     from llmrun.errors import ModelNotFound
-    from llmrun.resolve import NO_GGUF, resolve
+    from llmrun.models import pull
+    from llmrun.models.quants import NO_GGUF
+    from llmrun.models.resolve import resolve
 
     base = _stem(ref.name.rsplit("/", 1)[-1])
     try:
@@ -129,8 +131,8 @@ def target_format(request: Request, source: Source) -> str:
 def store_name(name: str | None, default: str, registry: Registry, force: bool) -> str:
     """The name to register: ``--name``, else the default; a registry alias or a pulled model is
     never replaced, and a model made here only with ``--force``."""
-    from llmrun.pull import LOCAL
-    from llmrun.store import read_index
+    from llmrun.models.pull import LOCAL
+    from llmrun.models.store import read_index
 
     chosen = (name or re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9._:-]+", "-", default.lower())).strip("-.")).strip()
     ref = ModelRef.parse(chosen)
@@ -157,7 +159,7 @@ def quantize(request: Request, registry: Registry, progress: Progress | None = N
     source = find_source(request.source, registry, progress)
     fmt = target_format(request, source)
     if fmt == "gguf":
-        from llmrun.quantize.gguf import quant_type
+        from llmrun.formats.gguf_quantize import quant_type
 
         qtype = quant_type(request.type, request.bits)
         tag = qtype.name
@@ -171,7 +173,7 @@ def quantize(request: Request, registry: Registry, progress: Progress | None = N
         raise UsageError("the output would replace the source", "choose another -o")
     with tempfile.TemporaryDirectory(prefix=".llmrun-f16-", dir=_existing_parent(dest)) as scratch:
         outcome = _write(request, source, fmt, name, tag, dest, Path(scratch), progress)
-        from llmrun.pull import register_local
+        from llmrun.models.pull import register_local
 
         register_local(name, outcome.path, fmt, source=source.name, source_path=source.path, quant=tag)
         yield outcome
@@ -196,11 +198,11 @@ def _write(
     notes: list[str] = []
     reference = source.path
     if fmt == "gguf":
-        from llmrun.quantize.gguf import quant_type, quantize_gguf
+        from llmrun.formats.gguf_quantize import quant_type, quantize_gguf
 
         gguf_source = source.path
         if source.kind == "dir":
-            from llmrun.quantize.hf_gguf import hf_to_gguf
+            from llmrun.formats.hf_gguf import hf_to_gguf
 
             gguf_source = scratch / "f16.gguf"
             hf_to_gguf(source.path, gguf_source, progress=progress)
@@ -222,13 +224,13 @@ def _write(
     bits = request.bits or 4
     group = request.group_size or 64
     if source.kind == "gguf":
-        from llmrun.quantize.convert import gguf_to_mlx
+        from llmrun.formats.convert import gguf_to_mlx
 
         if bits not in (4, 8):
             raise UsageError(f"`bits` must be 4 or 8, got {bits}", "for a 16-bit MLX model use llmrun convert")
         converted = gguf_to_mlx(source.path, dest, bits=bits, group_size=group, force=request.force, progress=progress)
         return Outcome(name, dest, fmt, tag, source, reference, converted.seconds, tuple(notes))
-    from llmrun.quantize.mlx import quantize_mlx
+    from llmrun.formats.mlx_quantize import quantize_mlx
 
     done = quantize_mlx(source.path, dest, bits=bits, group_size=group, force=request.force, progress=progress)
     return Outcome(name, dest, fmt, tag, source, reference, done.seconds, tuple(notes))

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmrun.store import Progress
+from llmrun.files import Progress
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,7 +53,7 @@ def blocks(chunks: Iterable[npt.NDArray[np.float32]], size: int = BLOCK) -> Iter
 
 def _log_softmax_rows(block: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """Row-wise log-softmax in float32 with float64 sums (the same as
-    :func:`llmrun.sampling.log_softmax` to about 1e-6, twice as fast on a 262k vocabulary)."""
+    :func:`llmrun.decoding.sampling.log_softmax` to about 1e-6, twice as fast on a 262k vocabulary)."""
     import numpy as np
 
     shifted = block - block.max(axis=1, keepdims=True)

@@ -12,14 +12,14 @@ from llmrun.rag.index import EmbeddingModel
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
-    from llmrun.config import Registry
-    from llmrun.store import Progress
+    from llmrun.files import Progress
+    from llmrun.models.registry import Registry
 
 
 def _mlx_model(directory: Path) -> EmbeddingModel:
     """A Hugging Face BERT directory, embedded on MLX (Apple silicon, or mlx[cpu] on Linux)."""
     from llmrun.backends.mlx_embed import is_bert_dir
-    from llmrun.backends.select import this_platform
+    from llmrun.engine.select import this_platform
 
     if not is_bert_dir(directory):
         raise UsageError(
@@ -42,8 +42,8 @@ def _mlx_model(directory: Path) -> EmbeddingModel:
 
 def embedding_model(registry: Registry, name: str, progress: Progress | None = None) -> EmbeddingModel:
     """The embedding model ``name`` (the registry's default when empty), resolved to a local GGUF."""
-    from llmrun.gguf_header import is_embedding_model
-    from llmrun.pipeline import locate
+    from llmrun.engine.plan import locate
+    from llmrun.formats.gguf_header import is_embedding_model
 
     name = name or registry.default_embedding
     if Path(name).expanduser().is_dir():

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llmrun.errors import UsageError
+from llmrun.files import sha256_file
 from llmrun.rag.chunking import Chunk, chunk_lines
 from llmrun.rag.documents import Document, Skipped, find, read_lines
 from llmrun.rag.store import Collection, CollectionInfo, Hit, VectorStore, check_name
-from llmrun.store import sha256_file
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
-    from llmrun.store import Progress
+    from llmrun.files import Progress
 
 EMBED_BATCH = 64  # chunks per embedding call (progress moves, and finished files are stored, between calls)
 
@@ -211,7 +211,7 @@ def query(
 
 def open_collection(store_url: str | None, name: str) -> CollectionInfo:
     """Collection ``name``'s settings and counts; a clear error when it does not exist or is empty."""
-    from llmrun.rag.store import open_store
+    from llmrun.rag.stores import open_store
 
     collection = _searchable(open_store(store_url), name)
     collection.close()

@@ -12,14 +12,12 @@ pgvector; ``qdrant://HOST:PORT`` or ``qdrant+https://HOST`` → a Qdrant server;
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from llmrun.errors import UsageError
-from llmrun.store import SAFE_NAME
+from llmrun.files import SAFE_NAME
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,30 +94,3 @@ class VectorStore(Protocol):
     def create(self, info: CollectionInfo) -> Collection: ...
 
     def remove(self, name: str) -> bool: ...
-
-
-def open_store(url: str | None = None) -> VectorStore:
-    """The store ``url`` names; the embedded one when it names none."""
-    url = url or os.environ.get(STORE_ENV) or ""
-    if not url:
-        from llmrun.config import home_dir
-        from llmrun.rag.sqlite import SqliteStore
-
-        return SqliteStore(home_dir() / "rag")
-    if url.startswith(("qdrant://", "qdrant+http://", "qdrant+https://", "qdrant+local://")):
-        from llmrun.rag.qdrant import QdrantStore
-
-        return QdrantStore.from_url(url)
-    if url.startswith(("postgresql://", "postgres://")):
-        from llmrun.rag.pgvector import PgvectorStore
-
-        return PgvectorStore(url)
-    if url.startswith("sqlite://"):
-        from llmrun.rag.sqlite import SqliteStore
-
-        return SqliteStore(Path(url.removeprefix("sqlite://")).expanduser())
-    raise UsageError(
-        f"unknown vector store {url!r}",
-        "use postgresql://USER@HOST/DB, qdrant://HOST:6333, qdrant+https://HOST, qdrant+local:///DIR "
-        "or sqlite:///DIR (default: the embedded store)",
-    )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from llmrun.errors import RemoteError
-from llmrun.remote.endpoint import Endpoint
+from llmrun.models.endpoint import Endpoint
 from llmrun.remote.wire import EXTRA_FIELDS, error_message, served_models
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from llmrun.errors import LlmrunError, RemoteError
 
 if TYPE_CHECKING:
-    from llmrun.backends.remote import RemoteModel
     from llmrun.engine.request import Request
     from llmrun.engine.result import Result
     from llmrun.remote.client import Client
+    from llmrun.remote.model import RemoteModel
 
 DEFAULT_SLOTS = 4
 MAX_SLOTS = 64

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from llmrun.errors import RemoteError
+from llmrun.models.endpoint import Endpoint
 from llmrun.remote.client import Client
-from llmrun.remote.endpoint import Endpoint
 from llmrun.remote.fleet import reported_slots
 
 CONTEXT_KEYS = ("max_model_len", "context_length", "n_ctx", "n_ctx_train")  # vLLM, LM Studio, llama-server

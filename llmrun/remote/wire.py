@@ -5,7 +5,7 @@ Standard fields always go (``temperature``, ``top_p``, ``max_tokens``, …), and
 settings the OpenAI API lacks (``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``), under the
 names vLLM and llama-server read, so an answer there is the answer llmrun gives locally (llama-cpp-python's
 server would otherwise apply its own repeat penalty of 1.1). A strict endpoint that rejects one the user
-did not set is asked again without them (:class:`~llmrun.backends.remote.RemoteModel`); one the user set
+did not set is asked again without them (:class:`~llmrun.remote.model.RemoteModel`); one the user set
 is one line naming it.
 """
 
@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from llmrun.backends.base import Token
+from llmrun.decoding.events import Token
 from llmrun.errors import UsageError
-from llmrun.template import Message, ToolCall, message_dict
+from llmrun.prompt.template import Message, ToolCall, message_dict
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import FinishReason
+    from llmrun.decoding.events import FinishReason
     from llmrun.engine.request import Request
     from llmrun.engine.result import Result
     from llmrun.structured.formats import Format

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP API (FastAPI) over the engine's schedulers.
 
-Bodies are read with a size limit, parsed by :mod:`llmrun.server.openai_api` (pure),
+Bodies are read with a size limit, parsed by :mod:`llmrun.api.openai` (pure),
 and submitted to the model's :class:`~llmrun.engine.scheduler.Scheduler`; its events
 reach the request's coroutine through an asyncio queue. A streaming request sends
 OpenAI's server-sent events; a client that goes away cancels its requests, which
@@ -26,15 +26,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmrun import __version__
-from llmrun.engine import Result
+from llmrun.api import openai as api
+from llmrun.api.errors import ApiError
+from llmrun.api.openai_tools import tool_call_deltas
 from llmrun.engine.request import tool_dialect
+from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, Ticket
 from llmrun.errors import LlmrunError
 from llmrun.server import jobs, ollama_routes
-from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError
 from llmrun.server.metrics import Metrics
-from llmrun.server.openai_tools import tool_call_deltas
 from llmrun.server.state import Served, ServerState
 from llmrun.structured.tools import Dialect, TextStream
 

@@ -13,11 +13,11 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from llmrun.engine import Result
+from llmrun.api import openai as api
+from llmrun.api.errors import ApiError, explain, worded
+from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
 from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
-from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError, explain, worded
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Embedding, Served, ServerState
 from llmrun.structured.grammar import UnsupportedFormat

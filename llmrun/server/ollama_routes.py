@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from llmrun.engine import Result
+from llmrun.api import ollama
+from llmrun.api import openai as api
+from llmrun.api.errors import explain
 from llmrun.engine.request import tool_dialect
+from llmrun.engine.result import Result
 from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.server import jobs
-from llmrun.server import ollama_api as ollama
-from llmrun.server import openai_api as api
-from llmrun.server.errors import explain
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Served, ServerState, in_ollama
 from llmrun.structured.tools import TextStream
@@ -38,7 +38,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:
         """What this server runs, and what Ollama's store holds (served from there when asked for)."""
-        from llmrun.otherstores import ollama_models
+        from llmrun.models.otherstores import ollama_models
 
         names = state.names()
         cards = [_card(state, name) for name in names]
@@ -121,10 +121,10 @@ async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
         put({"status": f"pulling {file}", "digest": file, "total": total, "completed": done})
 
     def work() -> None:
-        from llmrun.backends import select
-        from llmrun.config import load_registry
-        from llmrun.refs import ModelRef
-        from llmrun.resolve import resolve
+        from llmrun.engine import select
+        from llmrun.models.refs import ModelRef
+        from llmrun.models.registry import load_registry
+        from llmrun.models.resolve import resolve
 
         try:
             ref = ModelRef.parse(name)
@@ -250,7 +250,7 @@ def _details(served: Served | None) -> dict[str, Any]:
 
 
 def _quantization(served: Served) -> str:
-    from llmrun.quantize.gguf import file_type
+    from llmrun.formats.gguf_quantize import file_type
 
     plan = served.scheduler.entry.plan
     return "" if plan.backend == "mlx" else file_type(plan.header)

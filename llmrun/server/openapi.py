@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmrun.sampling import MAX_SEED
-from llmrun.server.openai_api import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
-from llmrun.template import OWN_VARIABLES
+from llmrun.api.openai import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
+from llmrun.decoding.sampling import MAX_SEED
+from llmrun.prompt.template import OWN_VARIABLES
 
 JSON = "application/json"
 Schema = dict[str, Any]

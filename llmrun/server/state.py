@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.engine import Engine
+from llmrun.api.errors import worded
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.core import Engine
 from llmrun.engine.scheduler import Scheduler
 from llmrun.errors import LlmrunError, ModelNotFound, UsageError
-from llmrun.refs import ModelRef
-from llmrun.sampling import SamplingParams
-from llmrun.server.errors import worded
+from llmrun.models.refs import ModelRef
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
-    from llmrun.pipeline import RunPlan
-    from llmrun.speculative import Draft
+    from llmrun.decoding.speculative import Draft
+    from llmrun.engine.plan import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class ServerState:
 
     def get_embedding(self, name: str, *, operator: bool = False) -> Embedding:
         """The embedding model a client named, loaded on first use (blocking)."""
-        from llmrun.config import load_registry
+        from llmrun.models.registry import load_registry
         from llmrun.rag.embedding import embedding_model
 
         with self._lock:
@@ -148,8 +148,9 @@ class ServerState:
         ]
 
     def _load(self, name: str) -> Served:
-        from llmrun.config import load_registry
-        from llmrun.pipeline import check_parallel_memory, load_defaults, plan_run
+        from llmrun.engine.load import check_parallel_memory, load_defaults
+        from llmrun.engine.plan import plan_run
+        from llmrun.models.registry import load_registry
         from llmrun.sysinfo import available_memory
 
         flags = {k: v for k, v in self.config.load_flags.items() if v is not None}
@@ -225,9 +226,9 @@ class ServerState:
 
 
 def _is_embedding(name: str) -> bool:
-    from llmrun.config import load_registry
-    from llmrun.gguf_header import is_embedding_model
-    from llmrun.pipeline import locate
+    from llmrun.engine.plan import locate
+    from llmrun.formats.gguf_header import is_embedding_model
+    from llmrun.models.registry import load_registry
 
     if Path(name).expanduser().is_dir():
         from llmrun.backends.mlx_embed import is_bert_dir
@@ -238,7 +239,7 @@ def _is_embedding(name: str) -> bool:
 
 def in_ollama(name: str) -> bool:
     """Whether Ollama's store has a model of this name (a client of Ollama's API names it as Ollama does)."""
-    from llmrun.otherstores import ollama_dir, ollama_parts
+    from llmrun.models.otherstores import ollama_dir, ollama_parts
 
     try:
         host, namespace, model, tag = ollama_parts(name)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from llmrun.errors import UsageError
+from llmrun.errors import UsageError, backend_cannot
 from llmrun.structured.formats import Format, declared_only
 
 if TYPE_CHECKING:
@@ -203,8 +203,6 @@ def marker_for(model: object) -> Callable[[str], str]:
     its vocabulary has one (``<[id]>``: text cannot produce a special token), else as the text."""
     import json
 
-    from llmrun.backends.base import constraining
-
     def marker(text: str) -> str:
         tokenizer = constraining(model, "call tools").grammar_tokenizer()
         ids = tokenizer.tokenize_bytes(text.encode("utf-8"), parse_special=True)
@@ -218,7 +216,19 @@ def marker_for(model: object) -> Callable[[str], str]:
 def constraint_for(model: object, fmt: Format) -> Constraint:
     """A fresh constraint for one sequence on ``model`` (a bad format fails before the model's
     grammar tokenizer is built)."""
-    from llmrun.backends.base import constraining
-
     compile_format(fmt)
     return Constraint(constraining(model, "constrain its output to a format").grammar_tokenizer(), fmt)
+
+
+@runtime_checkable
+class Constrains(Protocol):
+    """Constrained decoding (structured output): the model's vocabulary as llguidance reads it, built
+    once per loaded model; its ``stream`` and batch decoder apply a request's constraint."""
+
+    def grammar_tokenizer(self) -> Any: ...
+
+
+def constraining(model: object, what: str) -> Constrains:
+    if not isinstance(model, Constrains):
+        raise backend_cannot(what)
+    return model

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmrun.errors import UsageError
+from llmrun.prompt.template import Message, ToolCall
 from llmrun.structured.formats import Format, declared_only, from_schema
-from llmrun.template import Message, ToolCall
 
 Mode = Literal["auto", "required", "function", "none"]
 Marker = Callable[[str], str]  # a marker's text → how the grammar spells it (a special token, or the text)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from llmrun.config import user_registry_path
+from llmrun.paths import user_registry_path
 from tests import ggufbuild as gb
 from tests.helpers import invoke, llmrun
 
@@ -93,7 +93,7 @@ def test_the_root_help_lists_every_command_without_importing_them() -> None:
     )
     env = {**os.environ, "COLUMNS": "300"}
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
-    assert "LOADED ['llmrun.cli.app', 'llmrun.cli.flags']" in result.stderr or "LOADED ['llmrun.cli.app']" in (
+    assert "LOADED ['llmrun.cli.app', 'llmrun.api.flags']" in result.stderr or "LOADED ['llmrun.cli.app']" in (
         result.stderr
     )
     for name, (*_, summary) in {**COMMANDS, **GROUPS}.items():

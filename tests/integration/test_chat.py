@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.backends.base import LoadParams, Token
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend
-from llmrun.chat import ChatSession, ContextFull
 from llmrun.cli.chat import Repl
-from llmrun.pipeline import render_prompt
-from llmrun.sampling import SamplingParams
-from llmrun.template import BUILTIN_TEMPLATES
+from llmrun.decoding.events import Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.chat import ChatSession, ContextFull
+from llmrun.prompt.render import render_prompt
+from llmrun.prompt.template import BUILTIN_TEMPLATES
 from tests.helpers import interruptible, llmrun
 
 pytestmark = pytest.mark.slow
@@ -160,7 +161,7 @@ def test_prompt_toolkit_input_drives_the_repl(gemma: Path, tmp_path: Path) -> No
 
 
 def test_piped_lines_and_template_errors_keep_the_repl_running(gemma: Path) -> None:
-    from llmrun.config import user_registry_path
+    from llmrun.paths import user_registry_path
 
     path = user_registry_path()
     path.parent.mkdir(parents=True)

@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
-from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.mlx import MlxBackend, MlxModel
-from llmrun.chat import ChatSession
+from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.chat import ChatSession
 from llmrun.errors import ContextFull
-from llmrun.pipeline import render_prompt
+from llmrun.prompt.render import render_prompt
+from llmrun.prompt.template import BUILTIN_TEMPLATES
 from llmrun.quantize.metrics import compare_rows
 from llmrun.quantize.texts import ENGLISH as TEXT
-from llmrun.sampling import SamplingParams
-from llmrun.template import BUILTIN_TEMPLATES
 from tests.gemma_reference import GemmaReference, top2_margin
 from tests.helpers import agree_up_to_rounding, invoke, llmrun
 
@@ -271,8 +272,9 @@ def test_the_scheduler_batches_mlx_requests_as_they_arrive(mlx16: MlxModel) -> N
     import queue
     from types import SimpleNamespace
 
-    from llmrun.engine import LoadedEntry, Request, Result
-    from llmrun.engine.request import Templates
+    from llmrun.engine.core import LoadedEntry
+    from llmrun.engine.request import Request, Templates
+    from llmrun.engine.result import Result
     from llmrun.engine.scheduler import Scheduler
 
     plan = SimpleNamespace(model=SimpleNamespace(name="gemma-mlx"))
@@ -406,8 +408,8 @@ def test_convert_refuses_bad_input_and_leaves_nothing(gemma: Path, tmp_path: Pat
 
 
 def test_a_draft_model_drafts_through_mlx_lm_and_prompt_lookup_is_refused(gemma_mlx16: Path, gemma_mlx8: Path) -> None:
+    from llmrun.decoding.speculative import Draft
     from llmrun.errors import UsageError
-    from llmrun.speculative import Draft
     from tests.helpers import agree_up_to_rounding
 
     target = MlxBackend().load(gemma_mlx16, LoadParams(512, 2, 0))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.store import sha256_file
+from llmrun.files import sha256_file
 from tests.helpers import invoke
 
 pytestmark = pytest.mark.slow

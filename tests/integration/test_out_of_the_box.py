@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.config import user_registry_path
+from llmrun.paths import user_registry_path
 from tests.helpers import invoke, llmrun
 
 pytestmark = pytest.mark.slow

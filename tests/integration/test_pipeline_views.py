@@ -80,7 +80,7 @@ def test_reference_filters_match_llama_cpp_sampler_chain(gemma: Path) -> None:
 
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.sampling import SamplingParams, sampling_stages
+    from llmrun.decoding.sampling import SamplingParams, sampling_stages
 
     model = GgufBackend().load(gemma, LoadParams(512, 2, 0))
     try:
@@ -149,8 +149,8 @@ def test_show_memory_plan_matches_llama_cpp_kv_size(gemma: Path, caplog: pytest.
         reported = sum(sizes) * 1024 * 1024
         assert sizes and abs(plans[kv]["kv_cache_bytes"] - reported) <= 0.10 * reported, (kv, sizes)
     assert plans["q4_0"]["kv_cache_bytes"] < plans["q8_0"]["kv_cache_bytes"] < plans["f16"]["kv_cache_bytes"]
-    from llmrun.gguf_header import read_header
-    from llmrun.memory import plan
+    from llmrun.formats.gguf_header import read_header
+    from llmrun.formats.memory import plan
     from llmrun.sysinfo import available_memory
 
     whole = plan(read_header(gemma), 32768, "f16").total_bytes  # the whole trained context

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
-from llmrun.sampling import SamplingParams
+from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.sampling import SamplingParams
 from tests.helpers import agree_up_to_rounding
 
 pytestmark = pytest.mark.slow

@@ -20,10 +20,10 @@ import pytest
 
 from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend
-from llmrun.gguf_header import read_header
-from llmrun.memory import parameter_count
+from llmrun.formats.gguf_header import read_header
+from llmrun.formats.gguf_quantize import quant_type, quantize_gguf
+from llmrun.formats.memory import parameter_count
 from llmrun.quantize.evaluate import QualityReport, describe, evaluate
-from llmrun.quantize.gguf import quant_type, quantize_gguf
 from llmrun.quantize.texts import eval_text
 from tests.helpers import interruptible, invoke
 
@@ -262,7 +262,7 @@ def test_eval_compares_any_two_models_of_one_vocabulary(gemma: Path, gemma_f16: 
 
 
 def test_safetensors_directory_becomes_the_same_gguf(gemma_mlx16: Path, gemma_f16: Path, tmp_path: Path) -> None:
-    from llmrun.quantize.hf_gguf import hf_to_gguf
+    from llmrun.formats.hf_gguf import hf_to_gguf
 
     written = hf_to_gguf(gemma_mlx16, tmp_path / "from-safetensors.gguf")
     header = read_header(written.path)

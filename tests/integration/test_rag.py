@@ -14,7 +14,7 @@ import pytest
 
 from llmrun.rag import index
 from llmrun.rag.embedding import embedding_model
-from llmrun.rag.store import open_store
+from llmrun.rag.stores import open_store
 from tests.helpers import interruptible, invoke
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
@@ -63,7 +63,7 @@ def docs(tmp_path: Path) -> Path:
 
 
 def _opener(minilm: Path):  # type: ignore[no-untyped-def]
-    from llmrun.config import load_registry
+    from llmrun.models.registry import load_registry
 
     registry = load_registry()
     return lambda name: embedding_model(registry, name or str(minilm))
@@ -86,7 +86,7 @@ def test_embeddings_are_unit_vectors_and_rank_meaning(minilm: Path) -> None:
 
 
 def _registry():  # type: ignore[no-untyped-def]
-    from llmrun.config import load_registry
+    from llmrun.models.registry import load_registry
 
     return load_registry()
 

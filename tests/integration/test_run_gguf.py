@@ -56,9 +56,10 @@ def test_greedy_equals_raw_llama_cpp_token_for_token(gemma: Path) -> None:
     assert result["text"] == expected["choices"][0]["text"]
     assert result["tokens"] == {"prompt": len(prompt_ids), "cached": 0, "generated": 32, "drafted": 0, "accepted": 0}
 
-    from llmrun.backends.base import Done, LoadParams, Token
+    from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.sampling import SamplingParams
+    from llmrun.decoding.events import Done, Token
+    from llmrun.decoding.sampling import SamplingParams
 
     model = GgufBackend().load(gemma, LoadParams(4096, default_threads(), 0))
     try:
@@ -130,8 +131,8 @@ def test_load_flags_and_context_limit(gemma: Path) -> None:
 def test_a_chat_template_is_applied_and_user_text_cannot_forge_turns(gemma: Path) -> None:
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.config import user_registry_path
-    from llmrun.pipeline import prompt_ids
+    from llmrun.paths import user_registry_path
+    from llmrun.prompt.render import prompt_ids
 
     path = user_registry_path()
     path.parent.mkdir(parents=True)
@@ -161,7 +162,7 @@ def test_system_prompt_is_part_of_the_prompt(gemma: Path) -> None:
 
 
 def test_show_params_names_every_source(gemma: Path) -> None:
-    from llmrun.config import user_registry_path
+    from llmrun.paths import user_registry_path
 
     path = user_registry_path()
     path.parent.mkdir(parents=True)
@@ -223,9 +224,10 @@ def test_multibyte_text_streams_without_replacement_characters(gemma: Path, prom
 
 def test_characters_split_across_tokens_are_really_streamed(gemma: Path) -> None:
     """The hieroglyph answer arrives byte by byte: prove it, and that every printed piece is whole."""
-    from llmrun.backends.base import LoadParams, Token
+    from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
-    from llmrun.sampling import SamplingParams
+    from llmrun.decoding.events import Token
+    from llmrun.decoding.sampling import SamplingParams
 
     model = GgufBackend().load(gemma, LoadParams(512, 2, 0))
     try:

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.backends.base import BatchRequest, Done, LoadParams, Token
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.gguf_spec import speculative_stream
+from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.speculative import Draft
 from llmrun.errors import UsageError
-from llmrun.sampling import SamplingParams
-from llmrun.speculative import Draft
 from tests.helpers import agree_up_to_rounding
 
 pytestmark = pytest.mark.slow

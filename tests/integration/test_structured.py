@@ -12,10 +12,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from llmrun.backends.base import BatchRequest, Done, LoadParams
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.mlx import MlxBackend, MlxModel
-from llmrun.sampling import SamplingParams
+from llmrun.decoding.events import BatchRequest, Done
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.structured import ANY_JSON, from_schema
 from llmrun.structured.grammar import constraint_for
 from tests.helpers import invoke

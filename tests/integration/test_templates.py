@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.backends.base import LoadParams, Token
+from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
-from llmrun.chat import ChatSession
-from llmrun.gguf_header import read_header
-from llmrun.sampling import SamplingParams
-from llmrun.template import BUILTIN_TEMPLATES, Context, Message
+from llmrun.decoding.events import Token
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.chat import ChatSession
+from llmrun.formats.gguf_header import read_header
+from llmrun.prompt.template import BUILTIN_TEMPLATES, Context, Message
 from tests.helpers import invoke
 from tests.unit.test_template import transformers_render
 

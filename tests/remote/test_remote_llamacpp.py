@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 def _flash_attention(model: Path) -> bool:
     """Flash attention as llmrun chooses it for ``model`` here, so both servers compute alike."""
     from llmrun.backends.attention import flash_attention
-    from llmrun.gguf_header import read_header
-    from llmrun.memory import geometry
+    from llmrun.formats.gguf_header import read_header
+    from llmrun.formats.memory import geometry
 
     geom = geometry(read_header(model))
     return flash_attention(geom.head_dim_k if geom else None, "f16", offloaded=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.batchio import Item, LineError, OrderedWriter, finished_ids, parse
+from llmrun.api.batch import Item, LineError, OrderedWriter, finished_ids, parse
 from llmrun.errors import UsageError
 
 

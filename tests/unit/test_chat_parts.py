@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.chat import ChatSession, Turn, read_saved
+from llmrun.api.flags import FLAGS
 from llmrun.cli.chat import Repl
-from llmrun.cli.flags import FLAGS
 from llmrun.cli.render import block_end
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.chat import ChatSession, Turn, read_saved
 from llmrun.errors import UsageError, word
-from llmrun.sampling import SamplingParams
-from llmrun.template import BUILTIN_TEMPLATES, Context, Message, builtin_for, render_text
+from llmrun.prompt.template import BUILTIN_TEMPLATES, Context, Message, builtin_for, render_text
 
 CONVERSATION = [
     Message("system", "Be brief."),

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.config import default_model_name, load_registry, parse_registry_text, user_registry_path
 from llmrun.errors import ConfigError
+from llmrun.models.registry import default_model_name, load_registry, parse_registry_text
+from llmrun.paths import user_registry_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from llmrun.errors import ModelFileError, UsageError
-from llmrun.gguf_header import read_header
-from llmrun.quantize.convert import check_bits, hf_names, match_name, permute_rows, restore, unpermute_rows
-from llmrun.quantize.hfconfig import hf_config, llama3_rope_freqs
+from llmrun.formats.convert import check_bits, hf_names, match_name, permute_rows, restore, unpermute_rows
+from llmrun.formats.gguf_header import read_header
+from llmrun.formats.hfconfig import hf_config, llama3_rope_freqs
 from tests import ggufbuild
 
 GEMMA = {

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from llmrun.backends import llama_build
-from llmrun.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, diagnose, report
+from llmrun.engine.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, diagnose, report
 from llmrun.errors import ModelFileError
-from llmrun.memory import geometry
-from llmrun.mlx_header import read_mlx_header
+from llmrun.formats.memory import geometry
+from llmrun.formats.mlx_header import read_mlx_header
 from tests.modelfiles import GEMMA3_CONFIG, safetensors
 
 GiB = 1024**3
@@ -148,8 +148,8 @@ def test_mlx_directory_reads_as_a_header(tmp_path: Path) -> None:
 
 def test_named_chat_templates_give_the_default_and_the_tool_use_one(tmp_path: Path) -> None:
     from llmrun.engine.request import Request, Templates
+    from llmrun.prompt.template import Message
     from llmrun.structured.tools import Tool, ToolUse
-    from llmrun.template import Message
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 8}))
     named = [{"name": "default", "template": "plain"}, {"name": "tool_use", "template": "with {{ tools }}"}]

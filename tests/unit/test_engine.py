@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 
-from llmrun.backends.base import Done, GenerationStats, Token, batching, evaluating, with_logits
-from llmrun.engine import Request, Result, Templates
+from llmrun.backends.base import batching, evaluating, with_logits
+from llmrun.decoding.events import Done, GenerationStats, Token
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import LoadedEntry
+from llmrun.engine.request import Request, Templates
+from llmrun.engine.result import Result
 from llmrun.engine.scheduler import QueueFull, Scheduler
 from llmrun.errors import InvalidParameter, LlmrunError, UsageError
-from llmrun.sampling import SamplingParams
-from llmrun.template import Message
+from llmrun.prompt.template import Message
 
 
 class TextOnly:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.cli.flags import FLAGS
+from llmrun.api.errors import REQUEST_FIELDS, explain, worded
+from llmrun.api.flags import FLAGS
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.errors import ContextFull, InvalidParameter, LlmrunError, mentions, word
-from llmrun.sampling import SamplingParams
-from llmrun.server.errors import REQUEST_FIELDS, explain, worded
 
 PACKAGE = Path(__file__).resolve().parents[2] / "llmrun"
 ADAPTERS = ("cli", "server")  # the modules that word parameters; every other module is core

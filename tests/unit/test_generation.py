@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmrun.backends.base import Done, Token
+from llmrun.decoding.assembler import assemble, token_budget
+from llmrun.decoding.events import Done, Token
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.errors import UsageError
-from llmrun.generation import assemble, token_budget
-from llmrun.sampling import SamplingParams
 
 EOS = 0
 

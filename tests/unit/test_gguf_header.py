@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from llmrun.errors import ModelFileError
-from llmrun.gguf_header import read_header
-from llmrun.memory import default_context, fits, format_bytes, geometry, kv_cache_bytes, plan
+from llmrun.formats.gguf_header import read_header
+from llmrun.formats.memory import default_context, fits, geometry, kv_cache_bytes, plan
+from llmrun.units import format_bytes
 from tests import ggufbuild as gb
 
 
@@ -90,7 +91,7 @@ def test_memory_plan_arithmetic(tmp_path: Path) -> None:
 
 
 def test_default_context_is_capped() -> None:
-    from llmrun.memory import Geometry
+    from llmrun.formats.memory import Geometry
 
     assert default_context(Geometry(1, 1, 1, 1, 131072)) == 4096
     assert default_context(None) == 4096
@@ -118,7 +119,7 @@ def test_a_long_vocabulary_is_summarised_and_its_strings_still_checked(tmp_path:
 def test_the_tensor_type_table_agrees_with_the_gguf_package() -> None:
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    from llmrun.gguf_header import GGML_TYPES
+    from llmrun.formats.gguf_header import GGML_TYPES
 
     theirs = {t.value: (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType}
     assert theirs == GGML_TYPES

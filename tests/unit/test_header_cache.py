@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.gguf_header import GgufHeader, read_header
-from llmrun.header_cache import cached_header, decode, encode
+from llmrun.formats.gguf_header import GgufHeader, read_header
+from llmrun.formats.header_cache import cached_header, decode, encode
 from tests import ggufbuild as gb
 
 META = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmrun.sampling import SamplingParams
-from llmrun.server.ollama_api import OllamaError, parse_chat, parse_generate
+from llmrun.api.ollama import OllamaError, parse_chat, parse_generate
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.structured import ANY_JSON
 
 DEFAULTS = SamplingParams(temperature=0.7, max_tokens=512)

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from llmrun.engine import Result
-from llmrun.sampling import SamplingParams
-from llmrun.server import openai_api as api
-from llmrun.server.errors import ApiError
+from llmrun.api import openai as api
+from llmrun.api.errors import ApiError
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.result import Result
 
 LIMITS = api.Limits(max_tokens=1024, max_n=4)
 DEFAULTS = SamplingParams(temperature=0.8, top_k=40)

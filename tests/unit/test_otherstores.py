@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmrun.errors import ModelFileError, ModelNotFound
-from llmrun.otherstores import (
+from llmrun.models.otherstores import (
     MODEL_LAYER,
     PARAMS_LAYER,
     SYSTEM_LAYER,
@@ -19,7 +19,7 @@ from llmrun.otherstores import (
     ollama_models,
     ollama_parts,
 )
-from llmrun.refs import ModelRef
+from llmrun.models.refs import ModelRef
 
 WEIGHTS = b"GGUF" + bytes(range(256)) * 16
 
@@ -144,8 +144,8 @@ def test_lmstudio_layout(tmp_path: Path) -> None:
 def test_a_gguf_another_tool_put_in_the_hugging_face_cache_runs_in_place(hermetic_env: Path) -> None:
     import os
 
-    from llmrun.config import load_registry
-    from llmrun.resolve import resolve
+    from llmrun.models.registry import load_registry
+    from llmrun.models.resolve import resolve
 
     hub = Path(os.environ["HF_HOME"]) / "hub" / "models--owner--repo-GGUF"
     digest = hashlib.sha256(WEIGHTS).hexdigest()

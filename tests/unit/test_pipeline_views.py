@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmrun.benchmark import Spread
-from llmrun.gguf_header import read_header
-from llmrun.memory import (
+from llmrun.decoding.sampling import REMOVED_BY, SamplingParams, entropy_bits, log_softmax, sampling_stages, top_indices
+from llmrun.decoding.tokens import spans, visible
+from llmrun.engine.benchmark import Spread
+from llmrun.formats.gguf_header import read_header
+from llmrun.formats.memory import (
     geometry,
     kv_cache_bytes,
     largest_context,
@@ -20,8 +22,6 @@ from llmrun.memory import (
     swa_layer_count,
     weights_by_type,
 )
-from llmrun.sampling import REMOVED_BY, SamplingParams, entropy_bits, log_softmax, sampling_stages, top_indices
-from llmrun.tokens import spans, visible
 from tests import ggufbuild as gb
 
 MiB = 1024 * 1024

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmrun.backends.gguf_batch import window_intact
-from llmrun.tokens import common_prefix, reusable
+from llmrun.decoding.tokens import common_prefix, reusable
 
 
 def test_common_prefix() -> None:

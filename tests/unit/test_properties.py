@@ -15,14 +15,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmrun import sampling
+from llmrun.api.batch import OrderedWriter
 from llmrun.backends.base import KV_TYPES
-from llmrun.batchio import OrderedWriter
+from llmrun.decoding import sampling
 from llmrun.errors import LlmrunError
-from llmrun.gguf_header import GgufHeader, read_header
-from llmrun.memory import plan
+from llmrun.formats.gguf_header import GgufHeader, read_header
+from llmrun.formats.memory import plan
+from llmrun.models.refs import ModelRef
 from llmrun.rag.chunking import chunk_lines
-from llmrun.refs import ModelRef
 
 probabilities = (
     st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=1, max_size=64)

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llmrun.config import load_registry
 from llmrun.errors import ModelFileError, UsageError
+from llmrun.formats.gguf_quantize import QUANT_TYPES, quant_type
+from llmrun.formats.imatrix import read_imatrix
+from llmrun.formats.output import staged
+from llmrun.models.registry import load_registry
 from llmrun.quantize import job
-from llmrun.quantize.gguf import QUANT_TYPES, quant_type
-from llmrun.quantize.imatrix import read_imatrix
 from llmrun.quantize.metrics import blocks, compare_rows
-from llmrun.quantize.output import staged
 from tests.modelfiles import gguf_imatrix, legacy_imatrix
 
 # --- types and names ------------------------------------------------------------------
@@ -51,7 +51,7 @@ def test_default_names_drop_the_source_precision(name: str, stem: str) -> None:
 
 
 def test_store_names_never_replace_registry_or_pulled_models(hermetic_env: Path) -> None:
-    from llmrun.store import editing_index
+    from llmrun.models.store import editing_index
 
     registry = load_registry()
     assert job.store_name(None, "Gemma 3 (270M)-q4_k_m", registry, False) == "gemma-3-270m-q4_k_m"
@@ -191,9 +191,9 @@ def test_hparams_are_the_inverse_of_the_mlx_config(tmp_path: Path) -> None:
     """config.json → GGUF keys → (the MLX converter's mapping) → the same config values."""
     from gguf import GGUFWriter
 
-    from llmrun.gguf_header import read_header
-    from llmrun.quantize.hf_gguf import add_hparams, rope_freqs
-    from llmrun.quantize.hfconfig import hf_config
+    from llmrun.formats.gguf_header import read_header
+    from llmrun.formats.hf_gguf import add_hparams, rope_freqs
+    from llmrun.formats.hfconfig import hf_config
 
     path = tmp_path / "keys.gguf"
     writer = GGUFWriter(path, "llama")
@@ -214,8 +214,8 @@ def test_hparams_are_the_inverse_of_the_mlx_config(tmp_path: Path) -> None:
 
 
 def test_llama_qk_permutation_is_undone_by_the_mlx_converter() -> None:
-    from llmrun.quantize.convert import restore
-    from llmrun.quantize.hf_gguf import name_map, transform
+    from llmrun.formats.convert import restore
+    from llmrun.formats.hf_gguf import name_map, transform
 
     q = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     k = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
@@ -233,7 +233,7 @@ def test_llama_qk_permutation_is_undone_by_the_mlx_converter() -> None:
 def test_sentencepiece_scores_follow_the_merge_ranks() -> None:
     from gguf.constants import TokenType
 
-    from llmrun.quantize.hf_gguf import _prepends_space, _scores
+    from llmrun.formats.hf_gguf import _prepends_space, _scores
 
     tokens = ["<pad>", "a", "b", "ab", "abb", "c"]
     types: list[Any] = [TokenType.CONTROL] + [TokenType.NORMAL] * 5
@@ -247,7 +247,7 @@ def test_sentencepiece_scores_follow_the_merge_ranks() -> None:
 
 
 def test_unsupported_models_are_named() -> None:
-    from llmrun.quantize.hf_gguf import architecture
+    from llmrun.formats.hf_gguf import architecture
 
     with pytest.raises(UsageError, match="'mistral3'"):
         architecture({"model_type": "mistral3"})

@@ -13,7 +13,8 @@ from llmrun.rag.chunking import Chunk, blocks, chunk_lines, location
 from llmrun.rag.context import build, ground
 from llmrun.rag.documents import find, kind_of
 from llmrun.rag.sqlite import SqliteStore
-from llmrun.rag.store import CollectionInfo, Hit, check_name, open_store
+from llmrun.rag.store import CollectionInfo, Hit, check_name
+from llmrun.rag.stores import open_store
 
 
 def words(text: str) -> int:

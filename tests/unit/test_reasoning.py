@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from llmrun.backends.base import Token
-from llmrun.reasoning import KNOWN_MARKERS, Markers, Splitter, Thinking, markers_for, split, thinking_for
+from llmrun.decoding.events import Token
+from llmrun.decoding.reasoning import KNOWN_MARKERS, Markers, Splitter, Thinking, markers_for, split, thinking_for
 
 THINK = Markers("<think>", "</think>")
 

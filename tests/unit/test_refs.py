@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmrun.errors import LlmrunError
-from llmrun.refs import ModelRef
+from llmrun.models.refs import ModelRef
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_hostile_or_malformed_names_are_refused(text: str) -> None:
 
 def test_quant_tags_and_choice() -> None:
     from llmrun.errors import ModelNotFound
-    from llmrun.resolve import choose, quant_of
+    from llmrun.models.quants import choose, quant_of
 
     assert quant_of("qwen2.5-0.5b-instruct-q4_k_m.gguf") == "Q4_K_M"
     assert quant_of("Phi-3-mini-4k-instruct-q4.gguf") == "Q4"

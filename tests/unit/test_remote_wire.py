@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from llmrun import batchio
-from llmrun.config import parse_registry_text
-from llmrun.engine import Request
+from llmrun.api import batch as batchio
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.request import Request
 from llmrun.errors import ConfigError, UsageError
+from llmrun.models.endpoint import Endpoint, base_url
+from llmrun.models.registry import parse_registry_text
+from llmrun.prompt.template import Message, ToolCall
 from llmrun.remote import wire
 from llmrun.remote.client import retry_after
-from llmrun.remote.endpoint import Endpoint, base_url
-from llmrun.sampling import SamplingParams
 from llmrun.structured.formats import ANY_JSON, Format, from_schema
 from llmrun.structured.tools import Tool, ToolUse
-from llmrun.template import Message, ToolCall
 
 
 def test_a_prompt_is_a_conversation_with_every_setting_under_the_names_engines_read() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from llmrun import rpc
+from llmrun.backends import rpc
 from llmrun.backends.base import LoadParams
 from llmrun.errors import BackendError, InvalidParameter, UsageError
 from tests.helpers import invoke
@@ -180,7 +180,7 @@ def test_a_build_with_the_rpc_backend_is_not_taken_for_one_with_a_gpu() -> None:
     import llama_cpp
 
     from llmrun.backends.ggml_rpc import available, has_gpu
-    from llmrun.pipeline import load_defaults
+    from llmrun.engine.load import load_defaults
 
     info = llama_cpp.llama_print_system_info().decode()
     if any(name in info for name in ("CUDA", "METAL", "Metal", "VULKAN", "Vulkan", "HIP", "SYCL", "OpenCL")):

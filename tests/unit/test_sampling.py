@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from llmrun.errors import InvalidParameter
-from llmrun.sampling import (
+from llmrun.decoding.sampling import (
     DEFAULTS,
     SamplingParams,
     apply_penalties,
@@ -19,6 +18,7 @@ from llmrun.sampling import (
     top_k_filter,
     top_p_filter,
 )
+from llmrun.errors import InvalidParameter
 
 
 @pytest.mark.parametrize(

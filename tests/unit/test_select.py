@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.backends.select import Choice, ModelForms, Platform, choose, forms
-from llmrun.config import ModelEntry, Registry
+from llmrun.engine.select import Choice, ModelForms, Platform, choose, forms
 from llmrun.errors import BackendError, UsageError
-from llmrun.refs import ModelRef
+from llmrun.models.refs import ModelRef
+from llmrun.models.registry import ModelEntry, Registry
 
 MAC = Platform(apple_silicon=True, mlx_installed=True)
 MAC_NO_MLX = Platform(apple_silicon=True, mlx_installed=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llmrun.decoding.speculative import DEFAULT_DRAFT_TOKENS, Draft, Gate, PromptLookup, Tally
 from llmrun.errors import InvalidParameter
-from llmrun.speculative import DEFAULT_DRAFT_TOKENS, Draft, Gate, PromptLookup, Tally
 
 
 def test_draft_settings_parse_as_the_flag_spells_them() -> None:

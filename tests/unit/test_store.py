@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llmrun import store
 from llmrun.errors import ModelFileError, ModelNotFound, StoreError
+from llmrun import files
+from llmrun.models import store
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64
 
@@ -83,18 +84,18 @@ def test_not_enough_disk_space_is_refused_before_writing(
 
 def test_atomic_output_removes_the_partial_file_on_error(tmp_path: Path) -> None:
     target = tmp_path / "out.bin"
-    with pytest.raises(RuntimeError), store.atomic_output(target) as handle:
+    with pytest.raises(RuntimeError), files.atomic_output(target) as handle:
         handle.write(b"half")
         raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_partials_of_dead_processes_are_cleaned(tmp_path: Path) -> None:
-    dead = tmp_path / f"{store.PARTIAL_PREFIX}999999999-abc"
+    dead = tmp_path / f"{files.PARTIAL_PREFIX}999999999-abc"
     dead.write_bytes(b"x")
     import os
 
-    alive = tmp_path / f"{store.PARTIAL_PREFIX}{os.getpid()}-abc"
+    alive = tmp_path / f"{files.PARTIAL_PREFIX}{os.getpid()}-abc"
     alive.write_bytes(b"x")
-    store.clean_partials(tmp_path)
+    files.clean_partials(tmp_path)
     assert not dead.exists() and alive.exists()

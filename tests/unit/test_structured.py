@@ -10,9 +10,10 @@ import jsonschema
 import numpy as np
 import pytest
 
+from llmrun.decoding.assembler import Assembler
+from llmrun.decoding.sampling import SamplingParams
 from llmrun.errors import InvalidParameter, UsageError
-from llmrun.generation import Assembler
-from llmrun.sampling import SamplingParams
+from llmrun.prompt.template import Context, Message, ToolCall, render_text
 from llmrun.structured import ANY_JSON, Format, from_schema, load_grammar, load_schema, response_format
 from llmrun.structured.formats import declared_only
 from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format
@@ -26,7 +27,6 @@ from llmrun.structured.tools import (
     dialect_for,
     generic_messages,
 )
-from llmrun.template import Context, Message, ToolCall, render_text
 
 EOS = 256
 

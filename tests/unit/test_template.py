@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmrun.errors import TemplateError
-from llmrun.template import (
+from llmrun.prompt.template import (
     BUILTIN_TEMPLATES,
     MARK_END,
     MARK_START,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmrun.textstream import StopMatcher, Utf8Stream
+from llmrun.decoding.textstream import StopMatcher, Utf8Stream
 
 
 @pytest.mark.parametrize("text", ["안녕하세요", "🦜🎉 ok", "naïve café", "日本語"])

@@ -1,0 +1,322 @@
+"""Ollama request bodies in, engine requests out; engine results in, Ollama response bodies out (pure).
+
+Follows Ollama's API documentation (``docs/api.md``) field by field for ``/api/generate``,
+``/api/chat``, ``/api/embed`` and ``/api/embeddings``: ``options`` map onto
+:class:`~llmrun.decoding.sampling.SamplingParams` (``num_predict`` → max_tokens, …), ``format`` is ``"json"``
+or a JSON Schema (enforced while decoding), timings are nanoseconds, ``done_reason`` is ``stop`` or
+``length``. A field llmrun cannot honour (``images``, ``template``, ``suffix``, ``context``) is a 400
+naming it; errors are Ollama's ``{"error": "…"}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from llmrun.api.errors import ApiError, worded
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.request import Request
+from llmrun.engine.result import Result
+from llmrun.errors import InvalidParameter
+from llmrun.models.otherstores import OLLAMA_PARAMS
+from llmrun.prompt.template import Message, ToolCall
+from llmrun.structured.formats import ANY_JSON, Format, from_schema
+from llmrun.structured.tools import Tool, ToolUse
+
+VERSION = "0.12.0"  # the Ollama API version whose fields this follows (clients check it)
+DONE_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+# options → SamplingParams fields: the names Ollama's parameters have in its store too (num_ctx and the
+# other load-time options are the server's: see UNUSED_OPTIONS)
+OPTIONS = {name: field for name, field in OLLAMA_PARAMS.items() if field != "n_ctx"}
+# accepted and left to the server's own settings (a per-request context or thread count would mean a
+# reload; Ollama reloads, llmrun serves the model as loaded)
+UNUSED_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "use_mmap", "num_thread", "numa", "num_keep"}
+GENERATE_FIELDS = {"model", "prompt", "system", "format", "options", "stream", "raw", "keep_alive", "images"}
+GENERATE_FIELDS |= {"template", "suffix", "context", "think", "logprobs", "top_logprobs", "width", "height", "steps"}
+CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
+CHAT_FIELDS |= {"logprobs", "top_logprobs"}
+UNSUPPORTED = {
+    "logprobs": "logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
+    "top_logprobs": "top_logprobs are not supported on Ollama's API here (use /v1/chat/completions)",
+    "width": "image generation is not supported",
+    "height": "image generation is not supported",
+    "steps": "image generation is not supported",
+    "template": "template is not supported: llmrun renders the model's own chat template (send raw: true instead)",
+    "suffix": "suffix (fill-in-the-middle) is not supported",
+    "context": "context is deprecated by Ollama and not supported: send the conversation to /api/chat",
+    "images": "images are not supported: this server runs text models",
+}
+
+
+class OllamaError(ApiError):
+    """An error as Ollama answers it: a status and ``{"error": message}`` (the app answers every
+    :class:`ApiError` under /api/ in that shape)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaCall:
+    model: str
+    request: Request
+    stream: bool
+    keep_alive: Any = None
+
+
+def model_name(body: Any) -> str:
+    """The model a body names (``model``, or ``name`` as older clients send it)."""
+    if not isinstance(body, dict):
+        raise OllamaError(400, "the request body must be a JSON object")
+    model = body.get("model") or body.get("name")
+    if not isinstance(model, str) or not model.strip():
+        raise OllamaError(400, "model is required")
+    return model
+
+
+def _unsupported(body: dict[str, Any], allowed: set[str]) -> None:
+    for name, value in body.items():
+        if name not in allowed:
+            raise OllamaError(400, f"unknown field {name!r}")
+        if name in UNSUPPORTED and value not in (None, "", [], False):
+            raise OllamaError(400, UNSUPPORTED[name])
+
+
+def params(options: Any, defaults: SamplingParams) -> SamplingParams:
+    """Ollama's ``options`` as sampling parameters (over the model's defaults)."""
+    if options is None:
+        return dataclasses.replace(defaults, max_tokens=-1)  # Ollama's default: until the model stops
+    if not isinstance(options, dict):
+        raise OllamaError(400, "options must be an object")
+    values: dict[str, Any] = {"max_tokens": -1}
+    for name, value in options.items():
+        if name in UNUSED_OPTIONS:
+            continue
+        if name not in OPTIONS:
+            raise OllamaError(400, f"unknown option {name!r}")
+        if value is None:
+            continue
+        if name == "stop":
+            stops = [value] if isinstance(value, str) else value
+            if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+                raise OllamaError(400, "options.stop must be a list of non-empty strings")
+            values["stop"] = tuple(stops)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise OllamaError(400, f"options.{name} must be a number")
+        if name in ("num_predict", "seed", "top_k", "repeat_last_n") and value != int(value):
+            raise OllamaError(400, f"options.{name} must be an integer")
+        field = OPTIONS[name]
+        values[field] = int(value) if field in ("max_tokens", "seed", "top_k", "repeat_last_n") else float(value)
+    if values.get("max_tokens", -1) < -1 or values.get("max_tokens") == 0:
+        values["max_tokens"] = -1  # Ollama: -1 (or -2, fill the context) means no limit
+    try:
+        return dataclasses.replace(defaults, **values)
+    except InvalidParameter as exc:
+        raise OllamaError(400, f"options.{_option(exc.name)}: {worded(exc.message)}") from None
+
+
+def _option(field: str) -> str:
+    return next((name for name, target in OPTIONS.items() if target == field), field)
+
+
+def answer_format(value: Any) -> Format | None:
+    """Ollama's ``format``: ``"json"`` or a JSON Schema object (``""``/null: none)."""
+    if value in (None, ""):
+        return None
+    if value == "json":
+        return ANY_JSON
+    if isinstance(value, dict):
+        return from_schema(value, parameter="format")
+    raise OllamaError(400, 'format must be "json" or a JSON Schema object')
+
+
+def _stream(body: dict[str, Any]) -> bool:
+    value = body.get("stream", True)  # Ollama streams unless told not to
+    if not isinstance(value, bool):
+        raise OllamaError(400, "stream must be a boolean")
+    return value
+
+
+def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
+    model = model_name(body)
+    _unsupported(body, GENERATE_FIELDS)
+    prompt, system = body.get("prompt", ""), body.get("system")
+    if not isinstance(prompt, str) or (system is not None and not isinstance(system, str)):
+        raise OllamaError(400, "prompt and system must be strings")
+    raw = body.get("raw", False)
+    if not isinstance(raw, bool):
+        raise OllamaError(400, "raw must be a boolean")
+    think, variables = _think(body.get("think"))
+    request = Request(
+        prompt=prompt,
+        params=params(body.get("options"), defaults),
+        system=system or None,
+        raw=raw,
+        response_format=answer_format(body.get("format")),
+        think=think,
+        template_kwargs=variables,
+    )
+    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
+
+
+def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
+    model = model_name(body)
+    _unsupported(body, CHAT_FIELDS)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise OllamaError(400, "messages must be a non-empty list")
+    parsed = tuple(_message(m, i) for i, m in enumerate(messages))
+    tools = _tools(body.get("tools"))
+    think, variables = _think(body.get("think"))
+    request = Request(
+        messages=parsed,
+        params=params(body.get("options"), defaults),
+        response_format=answer_format(body.get("format")),
+        tools=tools,
+        think=think,
+        template_kwargs=variables,
+    )
+    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
+
+
+def _keep_alive(value: Any) -> Any:
+    """Ollama's keep_alive: a duration ("5m") or seconds; the server's own --keep-alive applies."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int | float)):
+        raise OllamaError(400, 'keep_alive must be a duration ("5m") or a number of seconds')
+    return value
+
+
+SHOW_FIELDS = {"model", "name", "verbose"}
+
+
+def show_name(body: Any) -> str:
+    """/api/show's body: the model it names (``verbose`` is accepted; llmrun shows the same either way)."""
+    name = model_name(body)
+    _unsupported(body, SHOW_FIELDS)
+    if not isinstance(body.get("verbose", False), bool):
+        raise OllamaError(400, "verbose must be a boolean")
+    return name
+
+
+def _think(value: Any) -> tuple[bool | None, dict[str, Any]]:
+    """Ollama's ``think``: true or false (the template's enable_thinking), or a level (gpt-oss's
+    reasoning_effort: high, medium, low)."""
+    if value is None or isinstance(value, bool):
+        return value, {}
+    if value in ("high", "medium", "low"):
+        return True, {"reasoning_effort": value}
+    raise OllamaError(400, "think must be true, false, or high, medium or low")
+
+
+def _message(value: Any, index: int) -> Message:
+    where = f"messages[{index}]"
+    if not isinstance(value, dict):
+        raise OllamaError(400, f"{where} must be an object")
+    role, content = value.get("role"), value.get("content", "")
+    if role not in ("system", "user", "assistant", "tool"):
+        raise OllamaError(400, f"{where}.role must be system, user, assistant or tool")
+    if value.get("images"):
+        raise OllamaError(400, f"{where}.images: images are not supported (this server runs text models)")
+    if not isinstance(content, str):
+        raise OllamaError(400, f"{where}.content must be a string")
+    calls = tuple(_call(c, f"{where}.tool_calls[{j}]", j) for j, c in enumerate(value.get("tool_calls") or ()))
+    for field in ("tool_name", "name"):
+        if value.get(field) is not None and not isinstance(value[field], str):
+            raise OllamaError(400, f"{where}.{field} must be a string")
+    name = value.get("tool_name") or value.get("name")
+    thinking = value.get("thinking")
+    if thinking is not None and not isinstance(thinking, str):
+        raise OllamaError(400, f"{where}.thinking must be a string")
+    return Message(
+        role,
+        content,
+        calls,
+        name=name if role == "tool" and isinstance(name, str) else None,
+        reasoning=thinking if role == "assistant" and thinking else None,
+    )
+
+
+def _call(value: Any, where: str, index: int) -> ToolCall:
+    import json
+
+    function = value.get("function") if isinstance(value, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise OllamaError(400, f'{where} must be {{"function": {{"name", "arguments"}}}}')
+    arguments = function.get("arguments", {})
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(f"call_{index}", function["name"], text)
+
+
+def _tools(value: Any) -> ToolUse | None:
+    import json
+
+    if not value:
+        return None
+    if not isinstance(value, list):
+        raise OllamaError(400, "tools must be a list")
+    tools = []
+    for i, tool in enumerate(value):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise OllamaError(400, f'tools[{i}] must be {{"type": "function", "function": {{"name", ...}}}}')
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        tools.append(Tool(function["name"], str(function.get("description") or ""), json.dumps(parameters)))
+    return ToolUse(tuple(tools), "auto")
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+def created_at() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+
+
+def timings(result: Result, total_s: float, load_s: float) -> dict[str, Any]:
+    """Ollama's usage fields, in nanoseconds."""
+    decode_s = result.generated_tokens / result.generation_tokens_per_s if result.generation_tokens_per_s else 0.0
+    return {
+        "total_duration": int(total_s * 1e9),
+        "load_duration": int(load_s * 1e9),
+        "prompt_eval_count": result.prompt_tokens,
+        "prompt_eval_duration": int(result.time_to_first_token_s * 1e9),
+        "eval_count": result.generated_tokens,
+        "eval_duration": int(decode_s * 1e9),
+    }
+
+
+def chat_message(result: Result) -> dict[str, Any]:
+    import json
+
+    message: dict[str, Any] = {"role": "assistant", "content": result.text}
+    if result.content is not None or result.tool_calls:
+        message["content"] = result.content or ""
+    if result.reasoning is not None:
+        message["thinking"] = result.reasoning
+    if result.tool_calls:
+        message["tool_calls"] = [
+            {"function": {"name": c.name, "arguments": json.loads(c.arguments)}} for c in result.tool_calls
+        ]
+    return message
+
+
+def generate_answer(result: Result) -> dict[str, Any]:
+    """/api/generate's answer: the response, and a reasoning model's reasoning as ``thinking``."""
+    return {"response": result.text, **({"thinking": result.reasoning} if result.reasoning is not None else {})}
+
+
+def stream_piece(text: str, reasoning: str, *, chat: bool) -> dict[str, Any]:
+    """One streamed line's text: the answer, and reasoning as ``thinking`` (Ollama's field)."""
+    thinking = {"thinking": reasoning} if reasoning else {}
+    return {"message": {"role": "assistant", "content": text, **thinking}} if chat else {"response": text, **thinking}
+
+
+def final(result: Result, total_s: float, load_s: float) -> dict[str, Any]:
+    return {"done": True, "done_reason": DONE_REASON[result.finish_reason], **timings(result, total_s, load_s)}

@@ -1,0 +1,436 @@
+"""A chat conversation over a loaded model (no terminal I/O here).
+
+Each reply renders the whole conversation through the chat template and hands it
+to the backend, which keeps its KV cache between turns and evaluates only the
+tokens after the longest common prefix with what it already holds: the new user
+message, not the history. When the next turn would not fit the context, the
+oldest turns are dropped (the system prompt stays), or with ``on_overflow="error"``
+the turn is refused. Conversations save to and load from JSON, atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llmrun.backends.base import LoadedModel
+from llmrun.decoding.events import Done, GenerationStats, Token
+from llmrun.decoding.reasoning import Splitter, split, thinking_for
+from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.tokens import common_prefix
+from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
+from llmrun.files import SAFE_NAME, atomic_write_text
+from llmrun.prompt.render import Prompt, render_prompt
+from llmrun.prompt.template import Message
+from llmrun.structured.formats import Format
+
+OnOverflow = Literal["drop", "error"]
+SAVE_VERSION = 1
+MAX_SAVED_BYTES = 8 * 1024 * 1024
+PARAM_ALIASES = {
+    "t": "temperature",
+    "temp": "temperature",
+    "n": "max_tokens",
+    "ctx": "n_ctx",
+    "threads": "n_threads",
+    "gpu_layers": "n_gpu_layers",
+    "kv_bits": "kv_type",
+}
+LOAD_PARAMS = frozenset({"n_ctx", "n_threads", "n_gpu_layers", "kv_type"})  # fixed once the model is loaded
+
+
+@dataclass
+class Turn:
+    role: Literal["user", "assistant"]
+    content: str
+    interrupted: bool = False
+    reasoning: str | None = None  # an answer's reasoning, kept apart: the template decides what it shows
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReport:
+    stats: GenerationStats | None  # None when interrupted
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens already in the KV cache from earlier turns
+    dropped_turns: int
+    interrupted: bool
+
+
+@dataclass
+class ChatSession:
+    model: LoadedModel
+    model_name: str
+    template: str
+    template_name: str
+    params: SamplingParams
+    system: str | None = None
+    on_overflow: OnOverflow = "drop"
+    turns: list[Turn] = field(default_factory=list)
+    last: TurnReport | None = None
+    answer_format: Format | None = None  # every answer constrained to it (/set format json, /set schema FILE)
+    think: bool | None = None  # a reasoning model's enable_thinking (None: the template's default)
+    last_prompt: Prompt | None = None  # the prompt of the last answer, as the model read it
+    _cached: list[int] = field(default_factory=list)
+
+    # --- conversation -----------------------------------------------------------
+    def messages(self, turns: list[Turn] | None = None) -> list[Message]:
+        head = [Message("system", self.system)] if self.system else []
+        return head + [
+            Message(t.role, t.content, reasoning=t.reasoning) for t in (self.turns if turns is None else turns)
+        ]
+
+    def prompt(self, *, add_generation_prompt: bool = True) -> Prompt:
+        """The conversation so far, rendered and tokenized as the model reads it."""
+        variables = {"enable_thinking": self.think} if self.think is not None else {}
+        return render_prompt(
+            self.model, self.template, self.messages(), add_generation_prompt=add_generation_prompt, variables=variables
+        )
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
+
+    @property
+    def remote(self) -> bool:
+        """A remote engine's model: it renders the conversation itself, and fits it to its context."""
+        from llmrun.engine.core import is_remote
+
+        return is_remote(self.model)
+
+    @property
+    def context_used(self) -> int:
+        """Tokens the conversation occupies now (prompt and answers; on a remote engine, as of the last answer)."""
+        if not self.turns and not self.system:
+            return 0
+        if self.remote:
+            stats = self.last.stats if self.last else None
+            return stats.prompt_tokens + stats.generated_tokens if stats else 0
+        return len(self.prompt(add_generation_prompt=False).ids)
+
+    def reply(self, text: str) -> Generator[Token | Done, None, None]:
+        """Add the user's message and stream the answer (kept in the history, even if cut short)."""
+        self.turns.append(Turn("user", text))
+        if self.remote:
+            yield from self._remote()
+            return
+        try:
+            prompt, dropped = self._fit()
+        except ContextFull:
+            self.turns.pop()
+            raise
+        yield from self._generate(prompt, dropped)
+
+    def retry(self) -> Generator[Token | Done, None, None]:
+        """Regenerate the last answer."""
+        if self.turns and self.turns[-1].role == "assistant":
+            self.turns.pop()
+        if not self.turns:
+            raise UsageError("nothing to retry yet", "send a message first")
+        if self.remote:
+            yield from self._remote()
+            return
+        prompt, dropped = self._fit()
+        yield from self._generate(prompt, dropped)
+
+    def clear(self) -> None:
+        self.turns.clear()
+        self.last = None
+
+    def _reserve(self) -> int:
+        wanted = self.params.max_tokens if self.params.max_tokens > 0 else 512
+        return max(1, min(wanted, self.n_ctx // 2))
+
+    def _fit(self) -> tuple[Prompt, int]:
+        dropped = 0
+        while True:
+            prompt = self.prompt()
+            ids = prompt.ids
+            if len(ids) + self._reserve() <= self.n_ctx:
+                return prompt, dropped
+            if self.on_overflow == "error":
+                raise ContextFull(
+                    f"the conversation is {len(ids)} tokens and the answer needs room for {self._reserve()}, "
+                    f"but the context holds {self.n_ctx}",
+                    "/clear to start over, lower max_tokens with /set, or restart with a larger `n_ctx`",
+                )
+            if len(self.turns) <= 1:
+                raise ContextFull(
+                    f"your message alone is {len(ids)} tokens; with room for the answer it does not fit "
+                    f"the {self.n_ctx}-token context",
+                    "shorten it, lower max_tokens with /set, or restart with a larger `n_ctx`",
+                )
+            del self.turns[0]
+            if self.turns and self.turns[0].role == "assistant" and len(self.turns) > 1:
+                del self.turns[0]
+            dropped += 1
+
+    def _generate(self, prompt: Prompt, dropped: int) -> Generator[Token | Done, None, None]:
+        """The answer's events (a reasoning model's reasoning in ``Token.reasoning``); the answer is kept
+        in the history with its reasoning apart, as chat templates expect it."""
+        ids = prompt.ids
+        self.last_prompt = prompt
+        cached = common_prefix(self._cached, ids)
+        thinking = thinking_for(self.template, prompt.text)
+        splitter = Splitter(thinking)
+        answer: list[str] = []
+        reasoning: list[str] = []
+        generated: list[int] = []
+        done: Done | None = None
+        constraint = None
+        if self.answer_format is not None:
+            from llmrun.structured.grammar import constraint_for
+
+            constraint = constraint_for(self.model, self.answer_format)
+        try:
+            for event in self.model.stream(ids, self.params, constraint=constraint):
+                if isinstance(event, Done):
+                    done = event
+                    held = splitter.flush()
+                    if held is not None:
+                        answer.append(held.text)
+                        reasoning.append(held.reasoning)
+                        yield held
+                else:
+                    event = splitter.token(event)
+                    answer.append(event.text)
+                    reasoning.append(event.reasoning)
+                    if event.id >= 0:
+                        generated.append(event.id)
+                yield event
+        finally:
+            if done is not None:
+                thought, text = split(thinking, done.text)
+            else:  # interrupted: what was shown
+                thought = "".join(reasoning) if splitter.reasoned else None
+                text = "".join(answer)
+            self.turns.append(Turn("assistant", text, done is None, thought))
+            self._cached = ids + generated
+            self.last = TurnReport(done.stats if done else None, len(ids), cached, dropped, done is None)
+
+    def _remote(self) -> Generator[Token | Done, None, None]:
+        """The answer from a remote engine, as the same events (its Result becomes the Done)."""
+        from llmrun.engine.request import Request
+        from llmrun.engine.result import Result
+
+        request = Request(
+            messages=tuple(self.messages()), params=self.params, response_format=self.answer_format, think=self.think
+        )
+        answer: list[str] = []
+        reasoning: list[str] = []
+        result: Result | None = None
+        try:
+            for event in self.model.complete(request):  # type: ignore[attr-defined]
+                if isinstance(event, Result):
+                    result = event
+                    continue
+                answer.append(event.text)
+                reasoning.append(event.reasoning)
+                yield event
+            assert result is not None
+            yield Done(result.text, remote_stats(result))
+        finally:
+            thought = result.reasoning if result else ("".join(reasoning) or None)
+            text = result.text if result else "".join(answer)
+            self.turns.append(Turn("assistant", text, result is None, thought))
+            stats = remote_stats(result) if result else None
+            self.last = TurnReport(stats, stats.prompt_tokens if stats else 0, 0, 0, result is None)
+
+    # --- settings ---------------------------------------------------------------
+    def set_param(self, name: str, value: str) -> tuple[str, Any]:
+        """``/set NAME VALUE`` with the same validation as the flags; returns the field and new value.
+        ``format`` (json | off), ``schema`` FILE and ``grammar`` FILE set what every answer must be."""
+        normal = name.lower().replace("-", "_")
+        key = PARAM_ALIASES.get(normal, normal)
+        if key == "think":
+            self.think = _parse_think(value)
+            return "think", "default" if self.think is None else "on" if self.think else "off"
+        if key in FORMAT_PARAMS:
+            self.answer_format = _answer_format(key, value.strip())
+            return "format", self.answer_format.kind if self.answer_format else "off"
+        fields = {f.name: f for f in dataclasses.fields(SamplingParams)}
+        if key in LOAD_PARAMS:
+            raise UsageError(
+                f"{name} is set when the model loads; it cannot change during a chat",
+                f"/save NAME, then restart with `{key}` {value} and /load NAME",
+            )
+        if key not in fields:
+            import difflib
+
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"did you mean {close[0]}?" if close else f"parameters: {', '.join(fields)}"
+            raise UsageError(f"unknown parameter {name!r}", hint)
+        parsed = _parse_value(key, value, getattr(self.params, key))
+        try:
+            self.params = dataclasses.replace(self.params, **{key: parsed})
+        except InvalidParameter as exc:
+            raise UsageError(*exc.worded({key: f"/set {key}"})) from None
+        return key, getattr(self.params, key)
+
+    # --- files ------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": SAVE_VERSION,
+            "model": self.model_name,
+            "template": self.template_name,
+            "system": self.system,
+            "params": self.params.to_dict(),
+            "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "messages": [dataclasses.asdict(t) for t in self.turns],
+        }
+
+    def save(self, directory: Path, name: str) -> Path:
+        path = directory / f"{_check_name(name)}.json"
+        try:
+            atomic_write_text(path, json.dumps(self.to_json(), ensure_ascii=False, indent=2))
+        except OSError as exc:
+            raise StoreError(
+                f"cannot save the chat to {path}: {exc.strerror}", "check the disk and permissions"
+            ) from exc
+        return path
+
+    def load(self, directory: Path, name: str) -> dict[str, Any]:
+        """Replace the conversation with a saved one; returns the saved record."""
+        path = directory / f"{_check_name(name)}.json"
+        record = read_saved(path)
+        self.system = record["system"]
+        self.turns = [
+            Turn(m["role"], m["content"], bool(m.get("interrupted", False)), m.get("reasoning"))
+            for m in record["messages"]
+        ]
+        self.params = SamplingParams(**{k: v for k, v in record["params"].items()})
+        self.last = None
+        return record
+
+    def export_markdown(self, path: Path) -> Path:
+        lines = [f"# Chat with {self.model_name}", ""]
+        if self.system:
+            lines += [f"*System:* {self.system}", ""]
+        for turn in self.turns:
+            who = "You" if turn.role == "user" else self.model_name
+            note = " *(interrupted)*" if turn.interrupted else ""
+            lines += [f"**{who}:**{note}", "", turn.content.strip(), ""]
+        try:
+            atomic_write_text(path, "\n".join(lines))
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror}", "check the path and permissions") from exc
+        return path
+
+
+FORMAT_PARAMS = ("format", "schema", "grammar")
+
+
+def _answer_format(key: str, value: str) -> Format | None:
+    from llmrun.structured import ANY_JSON, load_grammar, load_schema
+    from llmrun.structured.grammar import compile_format
+
+    if key == "format" and value.lower() in ("off", "none", "text"):
+        return None
+    if key == "format" and value.lower() != "json":
+        raise UsageError(f"/set format takes json or off, got {value!r}", "/set schema FILE for a JSON Schema")
+    fmt = ANY_JSON if key == "format" else load_schema(value) if key == "schema" else load_grammar(Path(value))
+    compile_format(fmt)  # one the decoder cannot enforce is refused now, not at the next message
+    return fmt
+
+
+def _parse_think(value: str) -> bool | None:
+    word = value.strip().lower()
+    if word in ("on", "true", "yes", "1"):
+        return True
+    if word in ("off", "false", "no", "0"):
+        return False
+    if word in ("default", "auto"):
+        return None
+    raise UsageError(f"/set think takes on, off or default, got {value!r}", "e.g. /set think off")
+
+
+def remote_stats(result: Any) -> GenerationStats:
+    """A remote engine's Result as the statistics a local answer reports."""
+    decoded = result.generated_tokens - 1
+    tps = result.generation_tokens_per_s
+    return GenerationStats(
+        prompt_tokens=result.prompt_tokens,
+        generated_tokens=result.generated_tokens,
+        prompt_seconds=result.time_to_first_token_s,
+        generation_seconds=decoded / tps if decoded > 0 and tps > 0 else 0.0,
+        finish_reason=result.finish_reason,
+        seed=result.seed,
+        cached_tokens=result.cached_tokens,
+    )
+
+
+def _check_name(name: str) -> str:
+    if not SAFE_NAME.fullmatch(name) or name.endswith(".json"):
+        raise UsageError(
+            f"{name!r} is not a valid chat name",
+            "use letters, digits, '.', '_' or '-' (up to 64, no paths), e.g. /save trip-plan",
+        )
+    return name
+
+
+def _parse_value(key: str, text: str, current: Any) -> Any:
+    text = text.strip()
+    if key == "stop":
+        return tuple(s for s in text.split("|") if s) if text else ()
+    if key == "seed" and text.lower() in ("none", "random", ""):
+        return None
+    try:
+        if isinstance(current, bool):
+            raise ValueError
+        if key in ("top_k", "repeat_last_n", "seed", "max_tokens"):
+            return int(text)
+        return float(text)
+    except ValueError:
+        kind = "an integer" if key in ("top_k", "repeat_last_n", "seed", "max_tokens") else "a number"
+        raise UsageError(f"/set {key} needs {kind}, got {text!r}", f"e.g. /set {key} 1") from None
+
+
+def read_saved(path: Path) -> dict[str, Any]:
+    """A saved chat, validated; a missing, oversized or malformed file is a clear error."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise UsageError(f"no saved chat named {path.stem!r}", "/load lists nothing yet; /save NAME first") from None
+    if size > MAX_SAVED_BYTES:
+        raise UsageError(f"{path} is {size:,} bytes, more than a chat file may be", "it is not a saved chat")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path} is not a valid saved chat: {exc}", "it was damaged or edited by hand") from None
+    problem = _schema_problem(record)
+    if problem:
+        raise UsageError(f"{path} is not a valid saved chat: {problem}", "it was damaged or edited by hand")
+    try:
+        SamplingParams(**record["params"])
+    except (InvalidParameter, TypeError) as exc:
+        raise UsageError(f"{path} is not a valid saved chat: bad params ({exc})", "it was edited by hand") from None
+    return dict(record)
+
+
+def _schema_problem(record: Any) -> str | None:
+    if not isinstance(record, dict) or record.get("version") != SAVE_VERSION:
+        return f"expected a version {SAVE_VERSION} chat object"
+    if not isinstance(record.get("system"), (str, type(None))) or not isinstance(record.get("params"), dict):
+        return "system or params have the wrong type"
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        return "messages is not a list"
+    for index, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ("user", "assistant")
+            or not isinstance(message.get("content"), str)
+            or not isinstance(message.get("reasoning"), (str, type(None)))
+        ):
+            return f"message {index} needs a role (user or assistant) and text content"
+    if "stop" in record["params"] and isinstance(record["params"]["stop"], list):
+        record["params"]["stop"] = tuple(record["params"]["stop"])
+    return None
+
+
+def list_saved(directory: Path) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.json")) if directory.is_dir() else []
