@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
 from llmrun.decoding.sampling import SamplingParams
+from llmrun.decoding.speculative import Draft
 from llmrun.decoding.tokens import Vocabulary
-from llmrun.errors import InvalidParameter, backend_cannot
+from llmrun.errors import InvalidParameter, LlmrunError, backend_cannot
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,13 +97,56 @@ class Evaluates(Protocol):
     def eval(self, ids: Sequence[int]) -> None: ...
 
 
+class Decoder(Protocol):
+    """Sequences decoded together, admitted as slots free up (the server's continuous batching)."""
+
+    @property
+    def free(self) -> int: ...
+
+    @property
+    def active(self) -> bool: ...
+
+    def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None: ...
+
+    def step(self) -> list[tuple[int, Token | Done]]: ...
+
+    def cancel(self, index: int) -> Done | None: ...
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class GeneratesBatch(Protocol):
-    """Many sequences at once (``llmrun batch``, the server's scheduler)."""
+    """Many sequences at once: a whole list (``llmrun batch``), or a :class:`Decoder` that admits them as
+    slots free up (the server's scheduler)."""
 
     def generate_batch(
         self, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
     ) -> Generator[BatchOutcome, None, None]: ...
+
+    def batch_decoder(self, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> Decoder | None:
+        """None when this model, as loaded, cannot batch (:attr:`batch_unsupported` says why)."""
+        ...
+
+    @property
+    def batch_unsupported(self) -> str | None: ...
+
+
+@runtime_checkable
+class Speculates(Protocol):
+    """Speculative decoding: a draft proposes tokens and the model keeps those it would have chosen."""
+
+    @property
+    def draft(self) -> Draft: ...
+
+    @property
+    def drafts_alone(self) -> bool:
+        """Whether a draft model follows one sequence, so this model serves one request at a time."""
+        ...
+
+    def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
+        """Decode as ``draft`` says from now on (``draft_model``: the model that drafts, loaded)."""
+        ...
 
 
 def with_logits(model: object, what: str) -> Logits:
@@ -120,6 +164,12 @@ def evaluating(model: object, what: str) -> Evaluates:
 
 def batching(model: object, what: str) -> GeneratesBatch:
     if not isinstance(model, GeneratesBatch):
+        raise backend_cannot(what)
+    return model
+
+
+def speculating(model: object, what: str) -> Speculates:
+    if not isinstance(model, Speculates):
         raise backend_cannot(what)
     return model
 

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
     from llmrun.backends.gguf_spec import ModelDrafter
-    from llmrun.structured.grammar import Constraint
+    from llmrun.structured.grammar import Constrains, Constraint
 
 
 # ggml_log_level: NONE, DEBUG, INFO, WARN, ERROR, CONT (continues the previous line)
@@ -98,13 +99,15 @@ class GgufModel:
         self.draft = Draft()  # speculative decoding (see use_draft)
         self.draft_model_drafter: ModelDrafter | None = None
 
-    def use_draft(self, draft: Draft, draft_model: GgufModel | None = None) -> None:
+    def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
         its vocabulary is checked against this model's, and a mismatch is one clear error)."""
         from llmrun.backends.gguf_spec import ModelDrafter
         from llmrun.decoding.speculative import check_vocabulary
 
         if draft_model is not None:
+            if not isinstance(draft_model, GgufModel):
+                raise UsageError("a GGUF model drafts for a GGUF model", "pass a GGUF draft model with `draft`")
             assert draft.model is not None
             sizes = (int(self.llama.n_vocab()), int(draft_model.llama.n_vocab()))
             check_vocabulary(self, draft_model, draft.model, sizes)
@@ -236,6 +239,15 @@ class GgufModel:
 
         return gguf_batch.generate(self, requests, parallel, n_ctx_seq)
 
+    @property
+    def batch_unsupported(self) -> str | None:
+        return None  # llama.cpp batches any model it loads
+
+    @property
+    def drafts_alone(self) -> bool:
+        """A draft model keeps one KV cache, following one sequence: this model then serves one request at a time."""
+        return self.draft_model_drafter is not None
+
     def batch_decoder(self, parallel: int, n_ctx_seq: int, *, reuse_prefix: bool = False) -> Any:
         """A decoder for many sequences at once (see :class:`llmrun.backends.gguf_batch.BatchDecoder`)."""
         from llmrun.backends.gguf_batch import BatchDecoder
@@ -330,3 +342,11 @@ class GgufBackend:
                 "try `debug`, or update llama-cpp-python",
             ) from exc
         return GgufModel(llama, path, params)
+
+
+if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them against the protocols
+
+    def _capabilities(
+        model: GgufModel,
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains]:
+        return model, model, model, model, model, model

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.structured.grammar import Constraint
+    from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
+    from llmrun.structured.grammar import Constrains, Constraint
 
 KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
 KV_GROUP_SIZE = 64
@@ -76,7 +77,7 @@ class MlxModel:
         self.draft = Draft()  # speculative decoding (see use_draft)
         self._draft_model: MlxModel | None = None
 
-    def use_draft(self, draft: Draft, draft_model: MlxModel | None = None) -> None:
+    def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively with a draft model (mlx-lm's ``speculative_generate_step``); its vocabulary
         is checked against this model's. Prompt lookup (``ngram``, ``auto``) is the GGUF backend's."""
         from llmrun.decoding.speculative import check_vocabulary
@@ -87,6 +88,8 @@ class MlxModel:
                 "pass an MLX draft model with `draft`, or run a GGUF model",
             )
         if draft_model is not None:
+            if not isinstance(draft_model, MlxModel):
+                raise UsageError("an MLX model drafts for an MLX model", "pass an MLX draft model with `draft`")
             assert draft.model is not None
             check_vocabulary(self, draft_model, draft.model, (self.vocab_size, draft_model.vocab_size))
             if self._draft_model is not None:
@@ -371,6 +374,11 @@ class MlxModel:
         return MlxBatchDecoder(self, parallel, n_ctx_seq)
 
     @property
+    def drafts_alone(self) -> bool:
+        """False: mlx-lm's batch generator decodes without the draft model, so batching goes on as before."""
+        return False
+
+    @property
     def batch_unsupported(self) -> str | None:
         """Why mlx-lm's batch generator cannot run this model as loaded (None: it can)."""
         if KV_BITS[self.load_params.kv_type]:
@@ -450,3 +458,11 @@ class MlxBackend:
                 "the directory may be incomplete or of an architecture this mlx-lm does not know; try `debug`",
             ) from exc
         return MlxModel(model, tokenizer, config, path, params)
+
+
+if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them against the protocols
+
+    def _capabilities(
+        model: MlxModel,
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains]:
+        return model, model, model, model, model, model

@@ -411,7 +411,9 @@ class Repl:
                 self.out.print(f"{key:18} {value!r}")
             self.out.print(f"{'format':18} {s.answer_format.kind if s.answer_format else 'off'!r}")
         elif what == "model":
-            where = ", ".join(e.url for e in s.model.endpoints) if s.remote else s.model.path  # type: ignore[attr-defined]
+            from llmrun.remote.model import RemoteModel
+
+            where = ", ".join(e.url for e in s.model.endpoints) if isinstance(s.model, RemoteModel) else s.model.path
             self.out.print(f"{s.model_name}  ({where}, context {s.n_ctx:,} tokens)")
         elif what == "template":
             self.out.print(f"[dim]{s.template_name}[/dim]")

@@ -268,9 +268,10 @@ def _generate(
     import math
 
     from llmrun.cli import render
-    from llmrun.engine.core import Engine
+    from llmrun.engine.core import Engine, local
     from llmrun.engine.request import Request, request_ids
     from llmrun.engine.result import Result
+    from llmrun.remote.model import RemoteModel
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
@@ -298,7 +299,8 @@ def _generate(
             )
             if output.show_prompt:
                 spinner.stop()
-                render.prompt_view(entry.model, request_ids(entry.model, entry.templates, request).ids)
+                model = local(entry.model, "show the prompt it reads")
+                render.prompt_view(model, request_ids(model, entry.templates, request).ids)
             try:
                 for event in engine.complete(entry, request):
                     if isinstance(event, Result):
@@ -322,9 +324,8 @@ def _generate(
     printer.finish()
     assert result is not None
     report = _report(run_plan, result, entry.load_seconds, peak_rss(), time.perf_counter() - started)
-    served = getattr(entry.model, "served", None)
-    if served:
-        report["model"] = served
+    if isinstance(entry.model, RemoteModel) and entry.model.served:
+        report["model"] = entry.model.served
     report["template"] = entry.templates.prompt_source if result.prompt_format == "chat template" else "none"
     if not output.logprobs:
         report.pop("logprobs", None)

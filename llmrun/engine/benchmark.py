@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmrun.backends.base import LoadedModel, evaluating, with_logits
+from llmrun.backends.base import LoadedModel, Speculates, evaluating, with_logits
 from llmrun.decoding.events import Done
 
 TEXT = (
@@ -100,7 +100,9 @@ def run(
         if progress:
             progress(index)
     stepper.reset()
-    speculative = _speculative(model, prompt, n_gen, repetitions) if getattr(model, "draft", None) else None
+    speculative = (
+        _speculative(model, prompt, n_gen, repetitions) if isinstance(model, Speculates) and model.draft.on else None
+    )
     return BenchResult(
         len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak, speculative
     )

@@ -18,15 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmrun.backends.base import LoadedModel
 from llmrun.decoding.events import Done, GenerationStats, Token
-from llmrun.decoding.reasoning import Splitter, split, thinking_for
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.tokens import common_prefix
+from llmrun.engine.core import Loaded, generate, local
+from llmrun.engine.request import Prepared, Request, Templates, request_ids
+from llmrun.engine.result import Result
 from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
 from llmrun.files import SAFE_NAME, atomic_write_text
 from llmrun.prompt.render import Prompt, render_prompt
 from llmrun.prompt.template import Message
+from llmrun.remote.model import RemoteModel
 from llmrun.structured.formats import Format
 
 OnOverflow = Literal["drop", "error"]
@@ -63,7 +65,7 @@ class TurnReport:
 
 @dataclass
 class ChatSession:
-    model: LoadedModel
+    model: Loaded
     model_name: str
     template: str
     template_name: str
@@ -85,10 +87,11 @@ class ChatSession:
         ]
 
     def prompt(self, *, add_generation_prompt: bool = True) -> Prompt:
-        """The conversation so far, rendered and tokenized as the model reads it."""
+        """The conversation so far, rendered and tokenized as the model reads it (a local model's)."""
         variables = {"enable_thinking": self.think} if self.think is not None else {}
+        model = local(self.model, "show the prompt it reads")
         return render_prompt(
-            self.model, self.template, self.messages(), add_generation_prompt=add_generation_prompt, variables=variables
+            model, self.template, self.messages(), add_generation_prompt=add_generation_prompt, variables=variables
         )
 
     @property
@@ -98,9 +101,18 @@ class ChatSession:
     @property
     def remote(self) -> bool:
         """A remote engine's model: it renders the conversation itself, and fits it to its context."""
-        from llmrun.engine.core import is_remote
+        return isinstance(self.model, RemoteModel)
 
-        return is_remote(self.model)
+    @property
+    def templates(self) -> Templates:
+        """The conversation's template, as the engine takes it."""
+        return Templates(self.template, self.template, self.template_name)
+
+    def request(self) -> Request:
+        """The conversation so far as the engine's request for the next answer."""
+        return Request(
+            messages=tuple(self.messages()), params=self.params, response_format=self.answer_format, think=self.think
+        )
 
     @property
     def context_used(self) -> int:
@@ -115,15 +127,12 @@ class ChatSession:
     def reply(self, text: str) -> Generator[Token | Done, None, None]:
         """Add the user's message and stream the answer (kept in the history, even if cut short)."""
         self.turns.append(Turn("user", text))
-        if self.remote:
-            yield from self._remote()
-            return
         try:
-            prompt, dropped = self._fit()
+            fitted = self._fit()
         except ContextFull:
             self.turns.pop()
             raise
-        yield from self._generate(prompt, dropped)
+        yield from self._generate(*fitted)
 
     def retry(self) -> Generator[Token | Done, None, None]:
         """Regenerate the last answer."""
@@ -131,11 +140,7 @@ class ChatSession:
             self.turns.pop()
         if not self.turns:
             raise UsageError("nothing to retry yet", "send a message first")
-        if self.remote:
-            yield from self._remote()
-            return
-        prompt, dropped = self._fit()
-        yield from self._generate(prompt, dropped)
+        yield from self._generate(*self._fit())
 
     def clear(self) -> None:
         self.turns.clear()
@@ -145,13 +150,18 @@ class ChatSession:
         wanted = self.params.max_tokens if self.params.max_tokens > 0 else 512
         return max(1, min(wanted, self.n_ctx // 2))
 
-    def _fit(self) -> tuple[Prompt, int]:
+    def _fit(self) -> tuple[Request, Prepared | None, int]:
+        """The request for the next answer, its prompt as the model reads it, and how many turns were
+        dropped to fit it (a remote engine fits the conversation itself: no prompt, none dropped)."""
+        if isinstance(self.model, RemoteModel):
+            return self.request(), None, 0
         dropped = 0
         while True:
-            prompt = self.prompt()
-            ids = prompt.ids
+            request = self.request()
+            prepared = request_ids(self.model, self.templates, request)
+            ids = prepared.ids
             if len(ids) + self._reserve() <= self.n_ctx:
-                return prompt, dropped
+                return request, prepared, dropped
             if self.on_overflow == "error":
                 raise ContextFull(
                     f"the conversation is {len(ids)} tokens and the answer needs room for {self._reserve()}, "
@@ -169,76 +179,42 @@ class ChatSession:
                 del self.turns[0]
             dropped += 1
 
-    def _generate(self, prompt: Prompt, dropped: int) -> Generator[Token | Done, None, None]:
-        """The answer's events (a reasoning model's reasoning in ``Token.reasoning``); the answer is kept
-        in the history with its reasoning apart, as chat templates expect it."""
-        ids = prompt.ids
-        self.last_prompt = prompt
+    def _generate(
+        self, request: Request, prepared: Prepared | None, dropped: int
+    ) -> Generator[Token | Done, None, None]:
+        """The answer's events through the engine's one generation path (a reasoning model's reasoning in
+        ``Token.reasoning``), its Result given as a Done; the answer is kept in the history with its
+        reasoning apart, as chat templates expect it, even when it is cut short."""
+        ids = prepared.ids if prepared is not None else []
+        self.last_prompt = prepared.prompt if prepared is not None else None
         cached = common_prefix(self._cached, ids)
-        thinking = thinking_for(self.template, prompt.text)
-        splitter = Splitter(thinking)
         answer: list[str] = []
         reasoning: list[str] = []
         generated: list[int] = []
-        done: Done | None = None
-        constraint = None
-        if self.answer_format is not None:
-            from llmrun.structured.grammar import constraint_for
-
-            constraint = constraint_for(self.model, self.answer_format)
-        try:
-            for event in self.model.stream(ids, self.params, constraint=constraint):
-                if isinstance(event, Done):
-                    done = event
-                    held = splitter.flush()
-                    if held is not None:
-                        answer.append(held.text)
-                        reasoning.append(held.reasoning)
-                        yield held
-                else:
-                    event = splitter.token(event)
-                    answer.append(event.text)
-                    reasoning.append(event.reasoning)
-                    if event.id >= 0:
-                        generated.append(event.id)
-                yield event
-        finally:
-            if done is not None:
-                thought, text = split(thinking, done.text)
-            else:  # interrupted: what was shown
-                thought = "".join(reasoning) if splitter.reasoned else None
-                text = "".join(answer)
-            self.turns.append(Turn("assistant", text, done is None, thought))
-            self._cached = ids + generated
-            self.last = TurnReport(done.stats if done else None, len(ids), cached, dropped, done is None)
-
-    def _remote(self) -> Generator[Token | Done, None, None]:
-        """The answer from a remote engine, as the same events (its Result becomes the Done)."""
-        from llmrun.engine.request import Request
-        from llmrun.engine.result import Result
-
-        request = Request(
-            messages=tuple(self.messages()), params=self.params, response_format=self.answer_format, think=self.think
-        )
-        answer: list[str] = []
-        reasoning: list[str] = []
         result: Result | None = None
         try:
-            for event in self.model.complete(request):  # type: ignore[attr-defined]
+            for event in generate(self.model, self.templates, request, prepared):
                 if isinstance(event, Result):
                     result = event
                     continue
                 answer.append(event.text)
                 reasoning.append(event.reasoning)
+                if event.id >= 0:
+                    generated.append(event.id)
                 yield event
             assert result is not None
-            yield Done(result.text, remote_stats(result))
+            yield Done(result.text, result.stats())
         finally:
-            thought = result.reasoning if result else ("".join(reasoning) or None)
-            text = result.text if result else "".join(answer)
+            if result is not None:
+                thought, text = result.reasoning, result.text
+            else:  # interrupted: what was shown
+                thought = "".join(reasoning) or None
+                text = "".join(answer)
             self.turns.append(Turn("assistant", text, result is None, thought))
-            stats = remote_stats(result) if result else None
-            self.last = TurnReport(stats, stats.prompt_tokens if stats else 0, 0, 0, result is None)
+            self._cached = ids + generated
+            stats = result.stats() if result is not None else None
+            prompt_tokens = len(ids) if prepared is not None else (stats.prompt_tokens if stats else 0)
+            self.last = TurnReport(stats, prompt_tokens, cached, dropped, result is None)
 
     # --- settings ---------------------------------------------------------------
     def set_param(self, name: str, value: str) -> tuple[str, Any]:
@@ -346,21 +322,6 @@ def _parse_think(value: str) -> bool | None:
     if word in ("default", "auto"):
         return None
     raise UsageError(f"/set think takes on, off or default, got {value!r}", "e.g. /set think off")
-
-
-def remote_stats(result: Any) -> GenerationStats:
-    """A remote engine's Result as the statistics a local answer reports."""
-    decoded = result.generated_tokens - 1
-    tps = result.generation_tokens_per_s
-    return GenerationStats(
-        prompt_tokens=result.prompt_tokens,
-        generated_tokens=result.generated_tokens,
-        prompt_seconds=result.time_to_first_token_s,
-        generation_seconds=decoded / tps if decoded > 0 and tps > 0 else 0.0,
-        finish_reason=result.finish_reason,
-        seed=result.seed,
-        cached_tokens=result.cached_tokens,
-    )
 
 
 def _check_name(name: str) -> str:

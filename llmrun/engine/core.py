@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import batching
+from llmrun.backends.base import LoadedModel, batching
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.request import (
@@ -27,17 +27,18 @@ from llmrun.engine.request import (
     request_result,
 )
 from llmrun.engine.result import Result, TokenLogprob
-from llmrun.errors import LlmrunError
+from llmrun.errors import LlmrunError, backend_cannot
+from llmrun.remote.fleet import complete_many
+from llmrun.remote.model import RemoteModel
 
 if TYPE_CHECKING:
-    from llmrun.backends.base import LoadedModel
     from llmrun.engine.plan import RunPlan
 
 
 @dataclass
 class LoadedEntry:
     plan: RunPlan
-    model: LoadedModel
+    model: Loaded
     templates: Templates
     load_seconds: float
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -48,9 +49,15 @@ class LoadedEntry:
         return self.plan.model.name
 
 
-def is_remote(model: object) -> bool:
-    """Whether a loaded model is a remote engine's (it completes whole requests, not token ids)."""
-    return getattr(model, "remote", False) is True
+Loaded = LoadedModel | RemoteModel
+"""A model ready for requests: a backend's (token ids in, tokens out), or a remote engine's (whole requests)."""
+
+
+def local(model: Loaded, what: str) -> LoadedModel:
+    """``model`` when it runs here; one line saying a remote engine cannot do ``what`` when it does not."""
+    if isinstance(model, RemoteModel):
+        raise backend_cannot(what)
+    return model
 
 
 class Engine:
@@ -62,7 +69,7 @@ class Engine:
         self,
         *,
         template: tuple[str, str] | None = None,
-        loader: Callable[[RunPlan], LoadedModel] | None = None,
+        loader: Callable[[RunPlan], Loaded] | None = None,
     ) -> None:
         from llmrun.engine.load import load
 
@@ -107,33 +114,13 @@ class Engine:
     # --- requests ----------------------------------------------------------------
     def complete(self, entry: LoadedEntry, request: Request) -> Generator[Token | Result, None, None]:
         """Stream one request: Token events, then one Result."""
-        if is_remote(entry.model):  # the endpoint renders, samples and schedules
-            entry.last_used = time.monotonic()
-            yield from entry.model.complete(request)  # type: ignore[attr-defined]
+        entry.last_used = time.monotonic()
+        if isinstance(entry.model, RemoteModel):  # the endpoint renders, samples and schedules
+            yield from generate(entry.model, entry.templates, request)
             return
         with entry.lock:
+            yield from generate(entry.model, entry.templates, request)
             entry.last_used = time.monotonic()
-            prepared = request_ids(entry.model, entry.templates, request)
-            constraint = request_constraint(entry.model, entry.templates, request)
-            splitter = Splitter(prepared.thinking)
-            logprobs: list[TokenLogprob] = []
-            done: Done | None = None
-            stream = entry.model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint)
-            for event in stream:
-                if isinstance(event, Done):
-                    done = event
-                    continue
-                if request.logprobs and event.id >= 0:
-                    logprobs.append(TokenLogprob.of(event, entry.model.token_bytes(event.id)))
-                yield splitter.token(event)
-            entry.last_used = time.monotonic()
-        assert done is not None
-        held = splitter.flush()
-        if held is not None:
-            yield held
-        kept = tuple(logprobs) if request.logprobs else None
-        result = Result.of(done, prepared.format, kept, request.response_format)
-        yield request_result(result, entry.templates, request, prepared)
 
     def complete_many(
         self, entry: LoadedEntry, requests: Sequence[Request], parallel: int, n_ctx_seq: int
@@ -141,25 +128,22 @@ class Engine:
         """Results as requests finish (not in order), keyed by their position in ``requests``;
         a request that cannot run (its prompt does not fit, …) yields its error instead. On a remote
         model, ``parallel`` is the requests in flight per endpoint (0: what each endpoint reports)."""
-        if is_remote(entry.model):
-            from llmrun.remote.fleet import complete_many
-
-            yield from complete_many(entry.model, requests, parallel or None)  # type: ignore[arg-type]
+        if isinstance(entry.model, RemoteModel):
+            yield from complete_many(entry.model, requests, parallel or None)
             return
+        model = entry.model
         with entry.lock:
             batch: list[BatchRequest] = []
             prepared: dict[int, Prepared] = {}
             for index, request in enumerate(requests):
                 try:
-                    prepared[index] = request_ids(entry.model, entry.templates, request)
-                    constraint = request_constraint(entry.model, entry.templates, request)
+                    prepared[index] = request_ids(model, entry.templates, request)
+                    constraint = request_constraint(model, entry.templates, request)
                 except LlmrunError as exc:
                     yield index, exc
                     continue
                 batch.append(BatchRequest(index, prepared[index].ids, request.params, constraint))
-            outcomes = batching(entry.model, "decode several requests at once").generate_batch(
-                batch, parallel, n_ctx_seq
-            )
+            outcomes = batching(model, "decode several requests at once").generate_batch(batch, parallel, n_ctx_seq)
             try:
                 for outcome in outcomes:
                     if outcome.done is None:
@@ -172,3 +156,34 @@ class Engine:
             finally:
                 outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
             entry.last_used = time.monotonic()
+
+
+def generate(
+    model: Loaded, templates: Templates, request: Request, prepared: Prepared | None = None
+) -> Generator[Token | Result, None, None]:
+    """The one generation path (run, chat, the single-stream paths of batch and serve): the request's
+    prompt rendered and tokenized (or ``prepared`` already), its constraint built, the answer streamed as
+    Token events (a reasoning model's reasoning apart from the text), then one Result. A remote engine
+    takes the request whole and answers with the same events."""
+    if isinstance(model, RemoteModel):
+        yield from model.complete(request)
+        return
+    prepared = prepared or request_ids(model, templates, request)
+    constraint = request_constraint(model, templates, request)
+    splitter = Splitter(prepared.thinking)
+    logprobs: list[TokenLogprob] = []
+    done: Done | None = None
+    for event in model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint):
+        if isinstance(event, Done):
+            done = event
+            continue
+        if request.logprobs and event.id >= 0:
+            logprobs.append(TokenLogprob.of(event, model.token_bytes(event.id)))
+        yield splitter.token(event)
+    assert done is not None
+    held = splitter.flush()
+    if held is not None:
+        yield held
+    kept = tuple(logprobs) if request.logprobs else None
+    result = Result.of(done, prepared.format, kept, request.response_format)
+    yield request_result(result, templates, request, prepared)

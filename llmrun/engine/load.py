@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmrun import backends
-from llmrun.backends.base import LoadedModel, LoadParams
+from llmrun.backends.base import LoadedModel, LoadParams, Speculates
 from llmrun.decoding.speculative import Draft
 from llmrun.engine.plan import RunPlan
 from llmrun.errors import InsufficientMemory, UsageError
@@ -58,12 +58,11 @@ def attach_draft(model: LoadedModel, backend: str, params: LoadParams, draft: Dr
     one line when its backend cannot, or the draft model does not fit it."""
     if not draft.on:
         return
-    use_draft = getattr(model, "use_draft", None)
-    if use_draft is None:
+    if not isinstance(model, Speculates):
         raise UsageError(f"the {backend} backend does not decode speculatively", "drop `draft` for this model")
     drafter = backends.get(backend).load(draft_path, params) if draft_path is not None else None
     try:
-        use_draft(draft, drafter)
+        model.use_draft(draft, drafter)
     except BaseException:
         if drafter is not None:
             drafter.close()

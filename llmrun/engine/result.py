@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmrun.decoding.events import Candidate, Done, FinishReason, Token
+from llmrun.decoding.events import Candidate, Done, FinishReason, GenerationStats, Token
 
 if TYPE_CHECKING:
     from llmrun.prompt.template import ToolCall
@@ -84,6 +84,24 @@ class Result:
             valid=bool(s.valid) if response_format is not None else None,
             drafted=s.drafted,
             accepted=s.accepted,
+        )
+
+    def stats(self) -> GenerationStats:
+        """The answer's statistics as a backend reports them (the decode time from the decode speed)."""
+        decoded = self.generated_tokens - 1
+        tps = self.generation_tokens_per_s
+        return GenerationStats(
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens,
+            prompt_seconds=self.time_to_first_token_s,
+            generation_seconds=decoded / tps if decoded > 0 and tps > 0 else 0.0,
+            finish_reason=self.finish_reason,
+            seed=self.seed,
+            stop_string=self.stop_string,
+            cached_tokens=self.cached_tokens,
+            valid=self.valid,
+            drafted=self.drafted,
+            accepted=self.accepted,
         )
 
     @property

@@ -22,11 +22,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from llmrun.backends.base import Decoder, GeneratesBatch, Speculates
 from llmrun.decoding.assembler import token_budget
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
+from llmrun.engine.core import LoadedEntry, local
 from llmrun.engine.request import Prepared, Request, request_constraint, request_ids, request_result
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
@@ -35,7 +37,6 @@ log = logging.getLogger("llmrun.scheduler")
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
-    from llmrun.engine.core import LoadedEntry
     from llmrun.structured.grammar import Constraint
 
 Event = Token | Result | LlmrunError
@@ -44,22 +45,6 @@ Sink = Callable[[Event], None]
 
 class QueueFull(LlmrunError):
     """More requests are waiting than the scheduler accepts (or it is stopping)."""
-
-
-class Decoder(Protocol):
-    @property
-    def free(self) -> int: ...
-
-    @property
-    def active(self) -> bool: ...
-
-    def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None: ...
-
-    def step(self) -> list[tuple[int, Token | Done]]: ...
-
-    def cancel(self, index: int) -> Done | None: ...
-
-    def close(self) -> None: ...
 
 
 class SequentialDecoder:
@@ -140,6 +125,7 @@ class Scheduler:
         self, entry: LoadedEntry, parallel: int, n_ctx_seq: int, max_queue: int = 64, *, cache_prompts: bool = True
     ) -> None:
         self.entry = entry
+        self.model = local(entry.model, "decode requests here")
         self.cache_prompts = cache_prompts  # a finished request's KV cells serve the next that shares their prefix
         self.parallel = parallel
         self.n_ctx_seq = n_ctx_seq
@@ -156,16 +142,16 @@ class Scheduler:
         self._thread.start()
 
     def _new_decoder(self) -> Decoder:
-        batch: Callable[..., Decoder | None] | None = getattr(self.entry.model, "batch_decoder", None)
+        model = self.model
         decoder = None
-        if batch is not None and self.parallel > 1 and not self._drafts_alone:
-            decoder = batch(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
-        return decoder if decoder is not None else SequentialDecoder(self.entry.model)
+        if isinstance(model, GeneratesBatch) and self.parallel > 1 and not self._drafts_alone:
+            decoder = model.batch_decoder(self.parallel, self.n_ctx_seq, reuse_prefix=self.cache_prompts)
+        return decoder if decoder is not None else SequentialDecoder(model)
 
     @property
     def _drafts_alone(self) -> bool:
         """A draft model (speculative decoding) follows one sequence: such a model serves one request at a time."""
-        return getattr(self.entry.model, "draft_model_drafter", None) is not None
+        return isinstance(self.model, Speculates) and self.model.drafts_alone
 
     @property
     def unbatched(self) -> str:
@@ -176,15 +162,17 @@ class Scheduler:
             return "`parallel` 1"
         if self._drafts_alone:
             return "its draft model drafts for one request at a time"
-        return getattr(self.entry.model, "batch_unsupported", None) or "this backend does not batch"
+        if isinstance(self.model, GeneratesBatch):
+            return self.model.batch_unsupported or "this backend does not batch"
+        return "this backend does not batch"
 
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
-            prepared = request_ids(self.entry.model, self.entry.templates, request)
+            prepared = request_ids(self.model, self.entry.templates, request)
             token_budget(len(prepared.ids), self.n_ctx_seq, request.params)  # a prompt too long fails now
-            constraint = request_constraint(self.entry.model, self.entry.templates, request)
+            constraint = request_constraint(self.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
@@ -294,5 +282,5 @@ class Scheduler:
                 ticket.sink(request_result(result, self.entry.templates, ticket.request, ticket.prepared))
                 continue
             if ticket.request.logprobs and event.id >= 0:
-                ticket.logprobs.append(TokenLogprob.of(event, self.entry.model.token_bytes(event.id)))
+                ticket.logprobs.append(TokenLogprob.of(event, self.model.token_bytes(event.id)))
             ticket.sink(ticket.splitter.token(event))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun import files
+from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun.models import store
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 64
