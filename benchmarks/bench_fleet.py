@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,28 +26,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from bench_serve import PROMPTS  # the same prompts as the server benchmark (this directory is on sys.path)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
+from tests.support.serving import free_port, hermetic_env, stop, wait_for
+
 QUESTION = "Explain in a few sentences why the sky is blue."
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {**os.environ, "LLMRUN_HOME": str(home / "h"), "LLMRUN_CONFIG_DIR": str(home / "c"), "HF_HUB_OFFLINE": "1"}
-    env.pop("LLMRUN_API_KEY", None)
-    return env
 
 
 def _serve(
     model: str, threads: int, parallel: int, env: dict[str, str], *extra: str
 ) -> tuple[str, subprocess.Popen[bytes]]:
-    port = _port()
+    port = free_port()
     args = ["-m", model, "--port", str(port), "--threads", str(threads), "--parallel", str(parallel), *extra]
     process = subprocess.Popen(
         [sys.executable, "-m", "llmrun", "serve", *args, "--ctx", "1024"],
@@ -59,23 +46,8 @@ def _serve(
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return url + "/v1", process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("a server did not start")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    wait_for(url + "/health", process, lambda: "(its output is not kept)")
+    return url + "/v1", process
 
 
 def _llmrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -106,8 +78,8 @@ def fleet(model: str, rounds: int, count: int, tokens: int, work: Path, env: dic
             one.append(_batch([first[0]], prompts, tokens, work, env))
             two.append(_batch([first[0], second[0]], prompts, tokens, work, env))
     finally:
-        _stop(first[1])
-        _stop(second[1])
+        stop(first[1])
+        stop(second[1])
     ratio = statistics.median(two) / statistics.median(one)
     return {"one_endpoint_tok_s": one, "two_endpoints_tok_s": two, "ratio": round(ratio, 3), "goal": ">= 1.8"}
 
@@ -130,7 +102,7 @@ def overhead(model: str, rounds: int, env: dict[str, str]) -> dict[str, Any]:
             _run(["--endpoint", url], env)  # warm: the server's first request
             remote += [_run(["--endpoint", url], env) for _ in range(3)]
         finally:
-            _stop(process)
+            stop(process)
         local += [_run(["-m", model, "--threads", "1"], env) for _ in range(3)]
     ttft = statistics.median(r[0] for r in remote) / statistics.median(r[0] for r in local)
     tps = statistics.median(r[1] for r in remote) / statistics.median(r[1] for r in local)
@@ -162,7 +134,7 @@ def main() -> None:
         model = str(Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        env = _env(work)
+        env = hermetic_env(work)
         results = {
             "model": model,
             "fleet": fleet(model, args.rounds, args.prompts, args.tokens, work, env),

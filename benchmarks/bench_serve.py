@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.support
+from tests.support.serving import free_port, wait_for
 
 PROMPTS = [
     "The history of the printing press begins",
@@ -48,31 +50,10 @@ PROMPTS = [
 ]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"the server exited ({process.returncode})")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    sys.exit("the server did not come up")
-
-
 def start(
     kind: str, model: Path, threads: int, parallel: int, ctx: int, llama_server: str, extra: list[str] | None = None
 ) -> tuple[Any, str, str]:
-    port = _port()
+    port = free_port()
     if kind == "llama-server":
         command = [llama_server, "-m", str(model), "--port", str(port), "-t", str(threads), "-tb", str(threads)]
         command += ["-np", str(parallel), "-c", str(ctx * parallel), "--no-webui", "-ngl", "0"]
@@ -83,7 +64,7 @@ def start(
         name = str(model)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    _wait(url, process)
+    wait_for(url + "/health", process, lambda: "(its output is not kept)")
     return process, url, name
 
 

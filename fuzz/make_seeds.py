@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from fuzz.harness import SEPARATOR  # noqa: E402
-from tests import ggufbuild, modelfiles  # noqa: E402
+from tests.support import ggufbuild, modelfiles  # noqa: E402
 from tests.unit import test_template  # noqa: E402
 
 

@@ -467,6 +467,6 @@ RpcAllowRemoteOpt = Annotated[
 
 
 def _workers(values: list[str], allow_remote: bool) -> tuple[str, ...]:
-    from llmrun.backends.rpc import parse_workers
+    from llmrun.backends.rpc import parse_workers  # sockets: only when there are workers
 
     return parse_workers(values, allow_remote=allow_remote)

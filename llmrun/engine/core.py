@@ -22,9 +22,9 @@ from llmrun.engine.request import (
     Request,
     Templates,
     choose_template,
+    finish,
     request_constraint,
     request_ids,
-    request_result,
 )
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, backend_cannot
@@ -150,9 +150,7 @@ class Engine:
                         yield outcome.index, outcome.error or LlmrunError("the request failed")
                     else:
                         request = requests[outcome.index]
-                        used = prepared[outcome.index]
-                        result = Result.of(outcome.done, used.format, None, request.response_format)
-                        yield outcome.index, request_result(result, entry.templates, request, used)
+                        yield outcome.index, finish(outcome.done, entry.templates, request, prepared[outcome.index])
             finally:
                 outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
             entry.last_used = time.monotonic()
@@ -184,6 +182,4 @@ def generate(
     held = splitter.flush()
     if held is not None:
         yield held
-    kept = tuple(logprobs) if request.logprobs else None
-    result = Result.of(done, prepared.format, kept, request.response_format)
-    yield request_result(result, templates, request, prepared)
+    yield finish(done, templates, request, prepared, tuple(logprobs) if request.logprobs else None)

@@ -326,7 +326,7 @@ def _workers_free_memory(workers: Sequence[str]) -> int:
     """What the `rpc` workers have free (asking them, once per process), so the memory check counts it."""
     if not workers:
         return 0
-    from llmrun.backends import rpc
+    from llmrun.backends import rpc  # sockets: only when there are workers
 
     return sum(worker.free for worker in rpc.workers(workers))
 

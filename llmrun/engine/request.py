@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmrun.decoding.reasoning import Thinking, split, thinking_for
 from llmrun.decoding.sampling import SamplingParams
+from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import InvalidParameter, UsageError
 from llmrun.prompt.render import Prompt, PromptFormat, prompt_ids, render_prompt
 from llmrun.prompt.template import Message
@@ -17,8 +18,8 @@ from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messa
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
+    from llmrun.decoding.events import Done
     from llmrun.engine.plan import RunPlan
-    from llmrun.engine.result import Result
     from llmrun.formats.gguf_header import GgufHeader
     from llmrun.models.registry import ModelEntry
     from llmrun.structured.grammar import Constraint
@@ -150,6 +151,19 @@ def request_result(result: Result, templates: Templates, request: Request, prepa
     if request.tools.mode == "none":  # no call was allowed; what looks like one is text
         content, calls = (content if not dialect.native else result.text), ()
     return dataclasses.replace(result, content=content, tool_calls=calls)
+
+
+def finish(
+    done: Done,
+    templates: Templates,
+    request: Request,
+    prepared: Prepared,
+    logprobs: tuple[TokenLogprob, ...] | None = None,
+) -> Result:
+    """A finished answer as the request's Result (reasoning apart, tool calls read out), wherever it ran:
+    the single stream, the batch of ``complete_many`` or the server's scheduler."""
+    result = Result.of(done, prepared.format, logprobs, request.response_format)
+    return request_result(result, templates, request, prepared)
 
 
 def request_ids(model: LoadedModel, templates: Templates, request: Request) -> Prepared:

@@ -29,7 +29,7 @@ from llmrun.decoding.assembler import token_budget
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.core import LoadedEntry, local
-from llmrun.engine.request import Prepared, Request, request_constraint, request_ids, request_result
+from llmrun.engine.request import Prepared, Request, finish, request_constraint, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
 
@@ -278,8 +278,7 @@ class Scheduler:
                 held = ticket.splitter.flush()
                 if held is not None:
                     ticket.sink(held)
-                result = Result.of(event, ticket.prepared.format, logprobs, ticket.request.response_format)
-                ticket.sink(request_result(result, self.entry.templates, ticket.request, ticket.prepared))
+                ticket.sink(finish(event, self.entry.templates, ticket.request, ticket.prepared, logprobs))
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.model.token_bytes(event.id)))

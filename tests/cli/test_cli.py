@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from llmrun.paths import user_registry_path
-from tests import ggufbuild as gb
-from tests.helpers import invoke, llmrun
+from tests.support import ggufbuild as gb
+from tests.support.helpers import invoke, llmrun
 
 
 def test_help_and_version() -> None:

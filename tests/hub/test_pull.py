@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import ggufbuild as gb
-from tests.helpers import invoke
-from tests.hubserver import FakeHub
+from tests.support import ggufbuild as gb
+from tests.support.helpers import invoke
+from tests.support.hubserver import FakeHub
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import interruptible, invoke
+from tests.support.helpers import interruptible, invoke
 
 pytestmark = pytest.mark.slow
 

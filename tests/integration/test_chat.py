@@ -18,7 +18,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.chat import ChatSession, ContextFull
 from llmrun.prompt.render import render_prompt
 from llmrun.prompt.template import BUILTIN_TEMPLATES
-from tests.helpers import interruptible, llmrun
+from tests.support.helpers import interruptible, llmrun
 
 pytestmark = pytest.mark.slow
 

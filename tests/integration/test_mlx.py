@@ -27,8 +27,8 @@ from llmrun.prompt.render import render_prompt
 from llmrun.prompt.template import BUILTIN_TEMPLATES
 from llmrun.quantize.metrics import compare_rows
 from llmrun.quantize.texts import ENGLISH as TEXT
-from tests.gemma_reference import GemmaReference, top2_margin
-from tests.helpers import agree_up_to_rounding, invoke, llmrun
+from tests.support.gemma_reference import GemmaReference, top2_margin
+from tests.support.helpers import agree_up_to_rounding, invoke, llmrun
 
 pytestmark = pytest.mark.slow
 
@@ -387,7 +387,7 @@ def test_backend_mismatches_are_one_clear_line(gemma: Path, gemma_mlx16: Path) -
 
 
 def test_convert_refuses_bad_input_and_leaves_nothing(gemma: Path, tmp_path: Path) -> None:
-    from tests import ggufbuild
+    from tests.support import ggufbuild
 
     existing = tmp_path / "out"
     existing.mkdir()
@@ -410,7 +410,7 @@ def test_convert_refuses_bad_input_and_leaves_nothing(gemma: Path, tmp_path: Pat
 def test_a_draft_model_drafts_through_mlx_lm_and_prompt_lookup_is_refused(gemma_mlx16: Path, gemma_mlx8: Path) -> None:
     from llmrun.decoding.speculative import Draft
     from llmrun.errors import UsageError
-    from tests.helpers import agree_up_to_rounding
+    from tests.support.helpers import agree_up_to_rounding
 
     target = MlxBackend().load(gemma_mlx16, LoadParams(512, 2, 0))
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmrun.files import sha256_file
-from tests.helpers import invoke
+from tests.support.helpers import invoke
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmrun.paths import user_registry_path
-from tests.helpers import invoke, llmrun
+from tests.support.helpers import invoke, llmrun
 
 pytestmark = pytest.mark.slow
 

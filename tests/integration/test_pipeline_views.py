@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.helpers import invoke, llmrun
+from tests.support.helpers import invoke, llmrun
 
 pytestmark = pytest.mark.slow
 

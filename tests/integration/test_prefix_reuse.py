@@ -14,7 +14,7 @@ from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.sampling import SamplingParams
-from tests.helpers import agree_up_to_rounding
+from tests.support.helpers import agree_up_to_rounding
 
 pytestmark = pytest.mark.slow
 

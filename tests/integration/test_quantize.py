@@ -25,7 +25,7 @@ from llmrun.formats.gguf_quantize import quant_type, quantize_gguf
 from llmrun.formats.memory import parameter_count
 from llmrun.quantize.evaluate import QualityReport, describe, evaluate
 from llmrun.quantize.texts import eval_text
-from tests.helpers import interruptible, invoke
+from tests.support.helpers import interruptible, invoke
 
 pytestmark = pytest.mark.slow
 

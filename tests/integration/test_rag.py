@@ -15,7 +15,7 @@ import pytest
 from llmrun.rag import index
 from llmrun.rag.embedding import embedding_model
 from llmrun.rag.stores import open_store
-from tests.helpers import interruptible, invoke
+from tests.support.helpers import interruptible, invoke
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
 QUESTIONS = {  # question → the document that answers it (worded unlike the document)

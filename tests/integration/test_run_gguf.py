@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import interruptible, invoke, llmrun
+from tests.support.helpers import interruptible, invoke, llmrun
 from tests.unit.test_template import GEMMA
 
 pytestmark = pytest.mark.slow
@@ -274,7 +274,7 @@ def test_a_truncated_model_file_gets_one_line(gemma: Path, tmp_path: Path) -> No
 
 
 def test_force_past_the_memory_plan_fails_cleanly_in_llama_cpp(tmp_path: Path) -> None:
-    from tests import ggufbuild as gb
+    from tests.support import ggufbuild as gb
 
     path = gb.write_huge(tmp_path / "huge.gguf")
     result = llmrun(["run", "--force", "-m", str(path), PROMPT])

@@ -4,7 +4,7 @@ keeps only what it would have sampled itself.
 Drafted positions are computed in batches, whose kernels round differently from one-token decoding
 (llama.cpp's; log-probabilities move by up to about 0.3 here), so a greedy answer equals the plain one
 token for token up to rounding: the same choice wherever the plain choice is clear
-(:func:`tests.helpers.agree_up_to_rounding`). Checking several positions a pass moves raw logits further
+(:func:`tests.support.helpers.agree_up_to_rounding`). Checking several positions a pass moves raw logits further
 than the batch decoder's rounding (up to about 1.4 measured on the full vocabulary, against one-token
 decoding), so the comparison here allows ``ROUNDING``."""
 
@@ -23,7 +23,7 @@ from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.speculative import Draft
 from llmrun.errors import UsageError
-from tests.helpers import agree_up_to_rounding
+from tests.support.helpers import agree_up_to_rounding
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +195,7 @@ def test_the_batch_decoder_drafts_per_sequence(model: GgufModel) -> None:
 def test_run_reports_the_draft_in_json_and_stats(gemma: Path, smollm: Path) -> None:
     import json
 
-    from tests.helpers import invoke
+    from tests.support.helpers import invoke
 
     code, out, err = invoke(["run", "--json", "-t", "0", "-n", "40", "--draft", "ngram", QUOTE])
     assert code == 0, err
@@ -213,7 +213,7 @@ def test_run_reports_the_draft_in_json_and_stats(gemma: Path, smollm: Path) -> N
 
 
 def test_draft_flags_fail_before_loading() -> None:
-    from tests.helpers import invoke
+    from tests.support.helpers import invoke
 
     code, _out, err = invoke(["run", "--draft-tokens", "4", "hi"])
     assert code == 2 and "--draft-tokens goes with --draft" in err

@@ -19,7 +19,7 @@ from llmrun.decoding.events import BatchRequest, Done
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.structured import ANY_JSON, from_schema
 from llmrun.structured.grammar import constraint_for
-from tests.helpers import invoke
+from tests.support.helpers import invoke
 
 pytestmark = pytest.mark.slow
 

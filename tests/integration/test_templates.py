@@ -16,7 +16,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.chat import ChatSession
 from llmrun.formats.gguf_header import read_header
 from llmrun.prompt.template import BUILTIN_TEMPLATES, Context, Message
-from tests.helpers import invoke
+from tests.support.helpers import invoke
 from tests.unit.test_template import transformers_render
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import invoke
-from tests.remote import scripted
-from tests.server.serving import free_port
+from tests.support import scripted
+from tests.support.helpers import invoke
+from tests.support.serving import free_port
 
 SECRET = "sk-test-0123456789abcdef"
 

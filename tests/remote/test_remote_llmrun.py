@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import interruptible, llmrun
-from tests.server import serving
+from tests.support import serving
+from tests.support.helpers import interruptible, llmrun
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _machine_cache
-from tests.helpers import interruptible, llmrun
-from tests.rpc import workers
-from tests.server import serving
+from tests.support import rpc_workers as workers
+from tests.support import serving
+from tests.support.helpers import interruptible, llmrun
 
 pytestmark = pytest.mark.slow
 

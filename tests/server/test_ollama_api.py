@@ -13,8 +13,8 @@ import jsonschema
 import ollama
 import pytest
 
-from tests.hubserver import FakeHub
-from tests.server import serving
+from tests.support import serving
+from tests.support.hubserver import FakeHub
 
 pytestmark = pytest.mark.slow
 

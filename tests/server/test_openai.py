@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import llmrun
-from tests.server import serving
+from tests.support import serving
+from tests.support.helpers import llmrun
 
 pytestmark = pytest.mark.slow
 

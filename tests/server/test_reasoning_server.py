@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.integration.test_templates import THINKING_TEMPLATE
-from tests.server import serving
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 ASK = [{"role": "user", "content": "What is 2 + 2?"}]

@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.server import serving
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

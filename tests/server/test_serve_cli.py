@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import invoke, llmrun
-from tests.server import serving
 from tests.server.test_openai import QUESTION
+from tests.support import serving
+from tests.support.helpers import invoke, llmrun
 
 pytestmark = pytest.mark.slow
 ONE_AT_A_TIME = ["--parallel", "1", "--ctx", "1024", "--keep-alive", "1s"]

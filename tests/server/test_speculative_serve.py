@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.server import serving
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 

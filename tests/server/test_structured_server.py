@@ -14,7 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.server import serving
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from llmrun.errors import ModelFileError, UsageError
 from llmrun.formats.convert import check_bits, hf_names, match_name, permute_rows, restore, unpermute_rows
 from llmrun.formats.gguf_header import read_header
 from llmrun.formats.hfconfig import hf_config, llama3_rope_freqs
-from tests import ggufbuild
+from tests.support import ggufbuild
 
 GEMMA = {
     "general.architecture": "gemma3",

@@ -12,7 +12,7 @@ from llmrun.engine.doctor import CUDA_REBUILD, METAL_REBUILD, PACKAGES, Facts, d
 from llmrun.errors import ModelFileError
 from llmrun.formats.memory import geometry
 from llmrun.formats.mlx_header import read_mlx_header
-from tests.modelfiles import GEMMA3_CONFIG, safetensors
+from tests.support.modelfiles import GEMMA3_CONFIG, safetensors
 
 GiB = 1024**3
 

@@ -11,7 +11,7 @@ from llmrun.errors import ModelFileError
 from llmrun.formats.gguf_header import read_header
 from llmrun.formats.memory import default_context, fits, geometry, kv_cache_bytes, plan
 from llmrun.units import format_bytes
-from tests import ggufbuild as gb
+from tests.support import ggufbuild as gb
 
 
 def test_reads_metadata_and_tensors(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from llmrun.formats.gguf_header import GgufHeader, read_header
 from llmrun.formats.header_cache import cached_header, decode, encode
-from tests import ggufbuild as gb
+from tests.support import ggufbuild as gb
 
 META = {
     **gb.LLAMA_META,

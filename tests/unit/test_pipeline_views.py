@@ -22,7 +22,7 @@ from llmrun.formats.memory import (
     swa_layer_count,
     weights_by_type,
 )
-from tests import ggufbuild as gb
+from tests.support import ggufbuild as gb
 
 MiB = 1024 * 1024
 

@@ -17,7 +17,7 @@ from llmrun.formats.output import staged
 from llmrun.models.registry import load_registry
 from llmrun.quantize import job
 from llmrun.quantize.metrics import blocks, compare_rows
-from tests.modelfiles import gguf_imatrix, legacy_imatrix
+from tests.support.modelfiles import gguf_imatrix, legacy_imatrix
 
 # --- types and names ------------------------------------------------------------------
 

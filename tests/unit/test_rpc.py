@@ -14,7 +14,7 @@ import pytest
 from llmrun.backends import rpc
 from llmrun.backends.base import LoadParams
 from llmrun.errors import BackendError, InvalidParameter, UsageError
-from tests.helpers import invoke
+from tests.support.helpers import invoke
 
 
 def test_workers_are_comma_separated_repeatable_and_kept_in_order_once() -> None:

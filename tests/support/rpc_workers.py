@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from llmrun.backends.llama_build import BUILD_CMAKE
-from tests.helpers import interruptible
-from tests.server import serving
+from tests.support import serving
+from tests.support.helpers import interruptible
 
 SERVER = "ggml-rpc-server"
 

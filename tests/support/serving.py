@@ -1,4 +1,6 @@
-"""Starting a real `llmrun serve` process for a test module: a free port, a hermetic home, /health."""
+"""Real server processes for tests and benchmarks: a free port, a hermetic home, waiting for /health, stopping.
+
+No pytest here: the benchmarks start their servers with the same functions."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.helpers import interruptible
+from tests.support.helpers import interruptible
+
+
+class DidNotStart(RuntimeError):
+    """A server process that exited, or did not answer in time."""
 
 
 def free_port() -> int:
@@ -56,18 +61,18 @@ def start(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[s
 
 
 def wait_for(url: str, process: subprocess.Popen[Any], output: Callable[[], str], timeout: float = 120) -> None:
-    """Until ``url`` answers 200; the test fails (with ``output()``) if the process exits or time runs out."""
+    """Until ``url`` answers 200; :class:`DidNotStart` (with ``output()``) if the process exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"the server exited: {output()}")
+            raise DidNotStart(f"the server exited ({process.returncode}): {output()}")
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             time.sleep(0.2)
     process.kill()
-    pytest.fail(f"the server did not answer {url} within {timeout:.0f} s: {output()}")
+    raise DidNotStart(f"the server did not answer {url} within {timeout:.0f} s: {output()}")
 
 
 def stop(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout: float = 30) -> None:
@@ -89,6 +94,4 @@ def running(args: list[str], env: dict[str, str]) -> Iterator[tuple[str, subproc
     try:
         yield url, process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            process.wait(timeout=30)
+        stop(process)
