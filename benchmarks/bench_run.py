@@ -54,7 +54,7 @@ def raw_round(llama, prompt_ids: list[int], n: int) -> tuple[float, float]:  # t
 
 
 def llmrun_round(model, prompt_ids: list[int], n: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    from llmrun.cli.render import TokenPrinter
+    from llmrun.cli.streams import TokenPrinter
     from llmrun.decoding.events import Done
     from llmrun.decoding.sampling import SamplingParams
 

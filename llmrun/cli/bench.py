@@ -46,7 +46,7 @@ def bench(
     from llmrun import backends
     from llmrun.backends.base import LoadParams
     from llmrun.backends.rpc import workers as rpc_workers
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.engine import benchmark
     from llmrun.engine.load import attach_draft, load_defaults
     from llmrun.engine.plan import locate
@@ -112,7 +112,7 @@ def bench(
         writer.writerows(rows)
         typer.echo(buffer.getvalue(), nl=False)
     else:
-        render.bench_table(rows)
+        views.bench_table(rows)
 
 
 def _choices(value: str, allowed: tuple[str, ...], flag: str) -> list[str]:

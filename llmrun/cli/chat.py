@@ -270,11 +270,11 @@ class Repl:
                 message, used = self.ground(message)
             self.stream(lambda: self.session.reply(message))
             if used:
-                from llmrun.cli import render
+                from llmrun.cli import render, views
 
-                render.sources(used)
+                views.sources(used)
         except LlmrunError as exc:
-            from llmrun.cli import render
+            from llmrun.cli import render, views
 
             render.error(exc.message, exc.hint)
         return True
@@ -358,14 +358,14 @@ class Repl:
 
     # --- answers -------------------------------------------------------------------
     def stream(self, start: Callable[[], Generator[Token | Done, None, None]]) -> None:
-        from llmrun.cli import render
+        from llmrun.cli import render, streams
         from llmrun.decoding.events import Done
 
         markdown = self.markdown and self.out.is_terminal
-        printer: render.TokenPrinter | render.MarkdownStream = (
-            render.MarkdownStream() if markdown else render.TokenPrinter()
+        printer: streams.TokenPrinter | streams.MarkdownStream = (
+            streams.MarkdownStream() if markdown else streams.TokenPrinter()
         )
-        thoughts = render.ReasoningPrinter(hidden=self.hide_thinking)
+        thoughts = streams.ReasoningPrinter(hidden=self.hide_thinking)
         events = start()
         try:
             with render.status("Thinking…") as spinner:
@@ -419,14 +419,14 @@ class Repl:
             self.out.print(f"[dim]{s.template_name}[/dim]")
             self.out.print(s.template, markup=False)
         elif what == "prompt":
-            from llmrun.cli import render
+            from llmrun.cli import views
 
             if s.remote:
                 self.note("the remote engine renders the prompt itself; llmrun does not see it")
             elif s.last_prompt is None:
                 self.note("no prompt yet: send a message first")
             else:
-                render.prompt_view(s.model, s.last_prompt.ids, self.out)
+                views.prompt_view(s.model, s.last_prompt.ids, self.out)
         elif what == "system":
             self.out.print(s.system if s.system else "[dim](no system prompt)[/dim]")
         else:

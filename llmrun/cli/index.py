@@ -204,7 +204,7 @@ def query(
 
       llmrun index query notes "how do I rotate the backup keys?" -k 3
     """
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.rag import index
     from llmrun.rag.stores import open_store
 
@@ -213,7 +213,7 @@ def query(
     if json_output:
         render.print_json({"collection": info.name, "embed_model": info.embed_model, "hits": hit_rows(hits)})
         return
-    render.hits(hits)
+    views.hits(hits)
 
 
 def hit_rows(hits: list[Hit]) -> list[dict[str, Any]]:

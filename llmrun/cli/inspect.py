@@ -35,7 +35,7 @@ def tokenize(
     Example: llmrun tokenize "안녕하세요, world 🦜"
     """
     from llmrun.backends.base import LoadParams
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.decoding.tokens import spans
     from llmrun.engine.load import load_vocabulary
     from llmrun.engine.plan import locate
@@ -67,8 +67,8 @@ def tokenize(
             }
         )
         return
-    render.token_spans(groups)
-    render.token_table(ids, pieces)
+    views.token_spans(groups)
+    views.token_table(ids, pieces)
     render.note(
         f"{len(ids)} tokens ({counted} for the text) · {len(source)} characters · "
         f"{ratio:.2f} characters per token · {located.model.name}"
@@ -97,7 +97,7 @@ def next_token(
 
     Example: llmrun next "The capital of France is" -t 0.7 --top-k 5
     """
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.engine.inspection import next_token as compute
     from llmrun.engine.load import load
     from llmrun.engine.request import choose_template
@@ -144,4 +144,4 @@ def next_token(
             }
         )
         return
-    render.next_token_table(result, params)
+    views.next_token_table(result, params)

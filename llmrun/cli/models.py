@@ -39,7 +39,7 @@ def show(
 
     Examples: llmrun show gemma3:270m --ctx 8192;  llmrun show smollm2:135m --template
     """
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.engine.plan import locate
     from llmrun.formats.memory import (
         default_context,
@@ -117,8 +117,8 @@ def show(
     if json_output:
         render.print_json({**facts, "memory_plan": memory})
         return
-    render.model_facts(facts)
-    render.memory_plan(memory)
+    views.model_facts(facts)
+    views.memory_plan(memory)
 
 
 def _show_remote(entry: Any, json_output: bool) -> None:
@@ -155,7 +155,7 @@ SAMPLE_CONVERSATION = (
 def _show_template(located: Any, json_output: bool) -> None:
     """The template a conversation with the model goes through, and a sample rendered by it."""
     from llmrun.backends.base import LoadParams
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.engine.load import load_vocabulary
     from llmrun.engine.request import templates_for
     from llmrun.prompt.render import render_prompt
@@ -175,7 +175,7 @@ def _show_template(located: Any, json_output: bool) -> None:
             render.note(f"chat template: {source}")
             render.out_console().print(text, markup=False, highlight=False)
             render.note("a sample conversation, as the model reads it:")
-            render.prompt_view(vocab, prompt.ids, render.out_console())
+            views.prompt_view(vocab, prompt.ids, render.out_console())
         finally:
             vocab.close()
 
@@ -216,7 +216,7 @@ def list_models(
     ] = False,
 ) -> None:
     """The models in the local store: name, quant, size, when pulled, where."""
-    from llmrun.cli import render
+    from llmrun.cli import render, views
     from llmrun.errors import StoreError
     from llmrun.models.store import read_index
     from llmrun.paths import store_dir
@@ -256,7 +256,7 @@ def list_models(
     if not rows:
         render.note("no models yet: `llmrun pull NAME`, or `llmrun run` the embedded gemma3:270m")
         return
-    render.models_table(rows)
+    views.models_table(rows)
 
 
 def _foreign_rows() -> list[dict[str, Any]]:

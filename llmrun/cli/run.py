@@ -267,7 +267,7 @@ def _generate(
 ) -> None:
     import math
 
-    from llmrun.cli import render
+    from llmrun.cli import render, streams, views
     from llmrun.engine.core import Engine, local
     from llmrun.engine.request import Request, request_ids
     from llmrun.engine.result import Result
@@ -275,8 +275,8 @@ def _generate(
     from llmrun.sysinfo import peak_rss
 
     started = time.perf_counter()
-    printer = render.TokenPrinter(colour_by_probability=output.show_probs)
-    thoughts = render.ReasoningPrinter(hidden=output.hide_thinking or output.json)
+    printer = streams.TokenPrinter(colour_by_probability=output.show_probs)
+    thoughts = streams.ReasoningPrinter(hidden=output.hide_thinking or output.json)
     system, raw = prompting.system, prompting.raw
     engine = Engine(template=prompting.template)
     result: Result | None = None
@@ -300,7 +300,7 @@ def _generate(
             if output.show_prompt:
                 spinner.stop()
                 model = local(entry.model, "show the prompt it reads")
-                render.prompt_view(model, request_ids(model, entry.templates, request).ids)
+                views.prompt_view(model, request_ids(model, entry.templates, request).ids)
             try:
                 for event in engine.complete(entry, request):
                     if isinstance(event, Result):
@@ -334,11 +334,11 @@ def _generate(
 
         report["sources"] = hit_rows(list(used))
         if used and not output.json:
-            render.sources(used)
+            views.sources(used)
     if output.json:
         render.print_json(report)
     if output.show_probs and not output.json:
-        render.probability_legend()
+        streams.probability_legend()
     if output.stats:
         _print_stats(report)
     if result.valid is False:
@@ -359,14 +359,14 @@ def _ground(
     run_plan: RunPlan, model: Any, question: str, system: str | None, retrieval: Retrieval, spinner: Any
 ) -> tuple[str, tuple[Hit, ...]]:
     """The question with its retrieved passages, trimmed to the context; shown with --show-context."""
-    from llmrun.cli import render
+    from llmrun.cli import views
     from llmrun.cli.index import grounded_prompt
 
     extra = len(model.tokenize(system)) if system else 0
     context = grounded_prompt(question, retrieval.hits, model, run_plan.load.n_ctx, run_plan.sampling.max_tokens, extra)
     if retrieval.show_context:
         spinner.stop()
-        render.context(context.prompt)
+        views.context(context.prompt)
     return context.prompt, context.used
 
 

@@ -170,17 +170,71 @@ def plan_run(
         LoadParams, [("default", {"n_ctx": 4096, "n_threads": 1, "n_gpu_layers": 0}), (COMMAND_LINE, load_flags)]
     )
     located = locate(registry, model_name, progress, backend, here)
-    resolved, model_source, header = located.model, located.source, located.header
-    if is_embedding_model(header):
+    _refuse(located, load_flags)
+    settings = _settings(located, sampling_flags, load_flags, load_defaults(), context_cap)
+    warnings = _warnings(located, settings, here)
+    chosen_draft, draft_source = _draft_setting(draft, located.model.entry.draft if located.model.entry else None)
+    if located.backend.backend == "mlx" and chosen_draft.mode in ("ngram", "auto"):
         raise UsageError(
-            f"{resolved.name} is an embedding model; it makes vectors, not text",
-            f"index documents with it: llmrun index add DOCS -c NAME --embed-model {resolved.name}",
+            f"`draft` {chosen_draft.mode} (prompt lookup) runs on the GGUF backend; MLX drafts with a draft model",
+            "pass an MLX draft model with `draft`, or run a GGUF model",
+        )
+    draft_model = None
+    if chosen_draft.model:
+        draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)
+    load = settings.load
+    memory = plan(located.header, load.n_ctx, load.kv_type)
+    check_loadable(located.header)
+    warning = _check_memory(
+        located.model.name, memory, load, available_memory() + _workers_free_memory(load.rpc), force
+    )
+    return RunPlan(
+        located.model,
+        located.source,
+        located.backend.backend,
+        located.backend.reason,
+        located.header,
+        load,
+        settings.sampling,
+        {**settings.sources, "draft": draft_source},
+        memory,
+        (*warnings, *([warning] if warning else [])),
+        chosen_draft,
+        draft_model,
+    )
+
+
+def _refuse(located: Located, load_flags: Mapping[str, Any]) -> None:
+    """What a located model cannot be asked for: text from an embedding model, MLX's cache on llama.cpp."""
+    if is_embedding_model(located.header):
+        name = located.model.name
+        raise UsageError(
+            f"{name} is an embedding model; it makes vectors, not text",
+            f"index documents with it: llmrun index add DOCS -c NAME --embed-model {name}",
         )
     if located.backend.backend == "gguf" and load_flags.get("max_kv_size") is not None:
         raise UsageError(
             "`max_kv_size` is MLX's rotating KV cache; llama.cpp's KV cache is sized by `n_ctx`", "use `n_ctx` N"
         )
-    entry, foreign = resolved.entry, resolved.foreign
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    sampling: SamplingParams
+    load: LoadParams
+    sources: dict[str, str]  # each setting's layer: default, models.toml, the store, command line
+    geometry: Geometry | None
+
+
+def _settings(
+    located: Located,
+    sampling_flags: Mapping[str, Any],
+    load_flags: Mapping[str, Any],
+    load_defaults: Mapping[str, int],
+    context_cap: int | None,
+) -> _Settings:
+    """Sampling and load settings merged by layer: default, models.toml, the model's store, command line."""
+    entry, foreign = located.model.entry, located.model.foreign
     store_layer = f"{foreign.source}'s parameters" if foreign else "store"
     store_defaults = {k: v for k, v in (foreign.defaults if foreign else {}).items() if k != "n_ctx"}
     sampling, sources = merge_layers(
@@ -191,8 +245,8 @@ def plan_run(
             (COMMAND_LINE, sampling_flags),
         ],
     )
-    geom = geometry(header)
-    defaults = dict(load_defaults())
+    geom = geometry(located.header)
+    defaults = dict(load_defaults)
     if load_flags.get("rpc"):
         defaults["n_gpu_layers"] = -1  # every layer on the workers
     defaults["n_ctx"] = min(default_context(geom), context_cap or default_context(geom))
@@ -205,6 +259,12 @@ def plan_run(
             (COMMAND_LINE, load_flags),
         ],
     )
+    return _Settings(sampling, load, {**sources, **load_sources}, geom)
+
+
+def _warnings(located: Located, settings: _Settings, here: Platform | None) -> list[str]:
+    """What the settings will cost: a context past the trained length, RPC, MLX on a CPU."""
+    load, geom = settings.load, settings.geometry
     warnings: list[str] = []
     if geom and load.n_ctx > geom.context_train:
         warnings.append(
@@ -214,48 +274,24 @@ def plan_run(
     warnings += _check_rpc(located.backend.backend, load)
     if located.backend.backend == "mlx":
         on_cpu = not (here or select.this_platform()).apple_silicon
-        warnings += mlx_warnings(
-            load,
-            load_sources,
-            geom,
-            quantized_on_cpu=on_cpu and header.metadata.get("mlx.quantization.bits") is not None,
-        )
-    chosen_draft, draft_source = _draft_setting(draft, entry.draft if entry else None)
-    if located.backend.backend == "mlx" and chosen_draft.mode in ("ngram", "auto"):
-        raise UsageError(
-            f"`draft` {chosen_draft.mode} (prompt lookup) runs on the GGUF backend; MLX drafts with a draft model",
-            "pass an MLX draft model with `draft`, or run a GGUF model",
-        )
-    draft_model = None
-    if chosen_draft.model:
-        draft_model = _locate_draft(registry, chosen_draft.model, progress, located.backend, here)
-    memory = plan(header, load.n_ctx, load.kv_type)
-    check_loadable(header)
-    available = available_memory() + _workers_free_memory(load.rpc)
-    if memory.total_bytes > available:
-        message = (
-            f"{resolved.name} needs about {format_bytes(memory.total_bytes)} "
-            f"(weights {format_bytes(memory.weight_bytes)} + KV cache {format_bytes(memory.kv_bytes)} "
-            f"at {load.n_ctx} tokens + {format_bytes(memory.overhead_bytes)} overhead) "
-            f"but {format_bytes(available)} is available"
-        )
-        if not force:
-            raise InsufficientMemory(message, "lower `n_ctx`, or pass `force` to try anyway")
-        warnings.append(message + "; loading anyway (`force`)")
-    return RunPlan(
-        resolved,
-        model_source,
-        located.backend.backend,
-        located.backend.reason,
-        header,
-        load,
-        sampling,
-        {**sources, **load_sources, "draft": draft_source},
-        memory,
-        tuple(warnings),
-        chosen_draft,
-        draft_model,
+        quantized = located.header.metadata.get("mlx.quantization.bits") is not None
+        warnings += mlx_warnings(load, settings.sources, geom, quantized_on_cpu=on_cpu and quantized)
+    return warnings
+
+
+def _check_memory(name: str, memory: MemoryPlan, load: LoadParams, available: int, force: bool) -> str | None:
+    """Refused when the model does not fit the memory available (a warning with ``force``)."""
+    if memory.total_bytes <= available:
+        return None
+    message = (
+        f"{name} needs about {format_bytes(memory.total_bytes)} "
+        f"(weights {format_bytes(memory.weight_bytes)} + KV cache {format_bytes(memory.kv_bytes)} "
+        f"at {load.n_ctx} tokens + {format_bytes(memory.overhead_bytes)} overhead) "
+        f"but {format_bytes(available)} is available"
     )
+    if not force:
+        raise InsufficientMemory(message, "lower `n_ctx`, or pass `force` to try anyway")
+    return message + "; loading anyway (`force`)"
 
 
 def plan_remote(

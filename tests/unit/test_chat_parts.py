@@ -9,7 +9,7 @@ import pytest
 
 from llmrun.api.flags import FLAGS
 from llmrun.cli.chat import Repl
-from llmrun.cli.render import block_end
+from llmrun.cli.streams import block_end
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.chat import ChatSession, Turn, read_saved
 from llmrun.errors import UsageError, word
