@@ -50,7 +50,9 @@ def _command(path: str, command: Any, *, level: int, root: bool = False) -> str:
         lines += ["```text", help_text.strip(), "```", ""]
     arguments = [p for p in command.params if p.param_type_name == "argument"]
     options = [p for p in command.params if p.param_type_name == "option" and not p.hidden]
-    usage = " ".join([path, *(f"[{a.name.upper()}]" if not a.required else a.name.upper() for a in arguments if a.name)])
+    usage = " ".join(
+        [path, *(f"[{a.name.upper()}]" if not a.required else a.name.upper() for a in arguments if a.name)]
+    )
     if not root:
         lines += [f"Usage: `{usage} [OPTIONS]`", ""]
     rows = []
@@ -128,7 +130,9 @@ def models_toml_reference() -> str:
         lines += [f"### {title}", "", "| key | type | what it means |", "|---|---|---|"]
         for name, kind in allowed.items():
             types = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-            lines.append(f"| `{name}` | {types.replace('dict', 'table').replace('list', 'array')} | {KEY_HELP[key][name]} |")
+            lines.append(
+                f"| `{name}` | {types.replace('dict', 'table').replace('list', 'array')} | {KEY_HELP[key][name]} |"
+            )
         lines.append("")
     fields = ", ".join(f"`{name}`" for name in registry.SAMPLING_KEYS)
     lines += [f"`defaults` takes these fields: {fields}.", ""]
