@@ -28,7 +28,6 @@ from llmrun.engine.request import (
 )
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, backend_cannot
-from llmrun.remote.fleet import complete_many
 from llmrun.remote.model import RemoteModel
 
 if TYPE_CHECKING:
@@ -129,6 +128,8 @@ class Engine:
         a request that cannot run (its prompt does not fit, …) yields its error instead. On a remote
         model, ``parallel`` is the requests in flight per endpoint (0: what each endpoint reports)."""
         if isinstance(entry.model, RemoteModel):
+            from llmrun.remote.fleet import complete_many  # threads and queues: only for a fleet
+
             yield from complete_many(entry.model, requests, parallel or None)
             return
         model = entry.model

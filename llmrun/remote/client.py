@@ -9,7 +9,6 @@ by the caller.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import re
 import time
@@ -255,6 +254,8 @@ def retry_after(value: str | None) -> float | None:
     value = value.strip()
     if re.fullmatch(r"\d+(\.\d+)?", value):
         return float(value)
+    import email.utils  # (and with it socket, locale, calendar): only for a date, not at start-up
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

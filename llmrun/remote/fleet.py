@@ -10,7 +10,6 @@ request that no endpoint could answer comes back as its last error.
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +115,8 @@ def complete_many(
     """Results as requests finish (not in order), keyed by their position in ``requests``."""
     if not requests:
         return
+    import queue  # a fleet's threads: not at start-up
+
     from llmrun.engine.result import Result
 
     board = _Board(len(requests), len(model.clients))
