@@ -50,7 +50,7 @@ def pair(bin_dir: Path, home: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def reference(gemma_cache: Path, env: dict[str, str]) -> str:
-    script = Path(__file__).with_name("reference.py")
+    script = Path(serving.__file__).with_name("rpc_reference.py")  # a script, run by its path
     done = subprocess.run(
         [sys.executable, str(script), str(gemma_cache), PROMPT, str(TOKENS)],
         capture_output=True,

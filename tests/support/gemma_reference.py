@@ -103,8 +103,9 @@ class GemmaReference:
         result: F64 = (gelu * (h @ w[prefix + "ffn_up.weight"].T)) @ w[prefix + "ffn_down.weight"].T
         return result
 
-    def logits(self, ids: Sequence[int]) -> F64:
-        """Logits at every position of ``ids``: (len(ids), vocabulary), float64."""
+    def logits(self, ids: Sequence[int], *, last: bool = False) -> F64:
+        """Logits at every position of ``ids``: (len(ids), vocabulary), float64; with ``last``, at the last
+        position only, (1, vocabulary) (the output projection over the whole vocabulary is most of the cost)."""
         w = self.weights
         embedding = w["token_embd.weight"]
         x = embedding[np.asarray(ids)] * math.sqrt(self.n_embd)
@@ -115,14 +116,14 @@ class GemmaReference:
             ffn = self._feed_forward(layer, self._norm(x, w[prefix + "ffn_norm.weight"]))
             x = x + self._norm(ffn, w[prefix + "post_ffw_norm.weight"])
         output = w.get("output.weight", embedding)
-        result: F64 = self._norm(x, w["output_norm.weight"]) @ output.T
+        result: F64 = self._norm(x[-1:] if last else x, w["output_norm.weight"]) @ output.T
         return result
 
     def greedy(self, prompt: Sequence[int], steps: int) -> tuple[list[int], list[float]]:
         """``steps`` greedy tokens after ``prompt`` and the margin (top-1 minus top-2 logit) of each choice."""
         ids, chosen, margins = list(prompt), [], []
         for _ in range(steps):
-            row = self.logits(ids)[-1]
+            row = self.logits(ids, last=True)[-1]
             top2 = np.argsort(row)[-2:][::-1]
             chosen.append(int(top2[0]))
             margins.append(float(row[top2[0]] - row[top2[1]]))
