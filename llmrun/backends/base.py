@@ -180,6 +180,13 @@ class Backend(Protocol):
     def load(self, path: Path, params: LoadParams) -> LoadedModel: ...
 
 
+@runtime_checkable
+class ReadsTokens(Protocol):
+    """An embedding model that also takes token ids (OpenAI's ``input`` as token arrays): it spells them back."""
+
+    def detokenize(self, ids: Sequence[int]) -> str: ...
+
+
 class Embedder(Protocol):
     """A loaded embedding model: text in, one unit-length vector per text out."""
 

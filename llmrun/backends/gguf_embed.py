@@ -76,3 +76,10 @@ def load_embedder(path: Path, context: int, n_threads: int) -> GgufEmbedder:
             "the file may be corrupt; try `debug`",
         ) from exc
     return GgufEmbedder(llama, path)
+
+
+if TYPE_CHECKING:  # what this embedder offers, as mypy checks it against the protocols
+    from llmrun.backends.base import Embedder, ReadsTokens
+
+    def _capabilities(embedder: GgufEmbedder) -> tuple[Embedder, ReadsTokens]:
+        return embedder, embedder

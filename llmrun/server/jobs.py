@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from llmrun.api import openai as api
 from llmrun.api.errors import ApiError, explain, worded
+from llmrun.backends.base import ReadsTokens
 from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket
 from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
@@ -163,10 +164,9 @@ def embed_inputs(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, in
         texts = []
         for i, item in enumerate(call.inputs):
             if isinstance(item, tuple):
-                detokenize = getattr(embedder, "detokenize", None)
-                if detokenize is None:
+                if not isinstance(embedder, ReadsTokens):
                     raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
-                item = detokenize(item)
+                item = embedder.detokenize(item)
             texts.append(item)
         counts = [embedder.count(text) for text in texts]
         for i, count in enumerate(counts):
