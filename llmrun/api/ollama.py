@@ -27,7 +27,8 @@ from llmrun.structured.formats import ANY_JSON, Format, from_schema
 from llmrun.structured.tools import Tool, ToolUse
 
 VERSION = "0.12.0"  # the Ollama API version whose fields this follows (clients check it)
-DONE_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+# a limit cut the answer short: its max_tokens (num_predict), the context, or the server's time limit
+DONE_REASON = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "time": "length"}
 # options → SamplingParams fields: the names Ollama's parameters have in its store too (num_ctx and the
 # other load-time options are the server's: see UNUSED_OPTIONS)
 OPTIONS = {name: field for name, field in OLLAMA_PARAMS.items() if field != "n_ctx"}
@@ -88,10 +89,11 @@ def _unsupported(body: dict[str, Any], allowed: set[str]) -> None:
             raise OllamaError(400, UNSUPPORTED[name])
 
 
-def params(options: Any, defaults: SamplingParams) -> SamplingParams:
-    """Ollama's ``options`` as sampling parameters (over the model's defaults)."""
+def params(options: Any, defaults: SamplingParams, max_tokens: int = -1) -> SamplingParams:
+    """Ollama's ``options`` as sampling parameters (over the model's defaults). ``max_tokens``: the server's
+    ceiling, which is also what "no limit" (Ollama's default ``num_predict`` -1) becomes; -1: none."""
     if options is None:
-        return dataclasses.replace(defaults, max_tokens=-1)  # Ollama's default: until the model stops
+        return dataclasses.replace(defaults, max_tokens=max_tokens)  # Ollama's default: until the model stops
     if not isinstance(options, dict):
         raise OllamaError(400, "options must be an object")
     values: dict[str, Any] = {"max_tokens": -1}
@@ -116,6 +118,11 @@ def params(options: Any, defaults: SamplingParams) -> SamplingParams:
         values[field] = int(value) if field in ("max_tokens", "seed", "top_k", "repeat_last_n") else float(value)
     if values.get("max_tokens", -1) < -1 or values.get("max_tokens") == 0:
         values["max_tokens"] = -1  # Ollama: -1 (or -2, fill the context) means no limit
+    if max_tokens != -1:
+        if values["max_tokens"] > max_tokens:
+            raise OllamaError(400, f"options.num_predict must be at most {max_tokens} (this server's limit per answer)")
+        if values["max_tokens"] == -1:
+            values["max_tokens"] = max_tokens
     try:
         return dataclasses.replace(defaults, **values)
     except InvalidParameter as exc:
@@ -144,7 +151,7 @@ def _stream(body: dict[str, Any]) -> bool:
     return value
 
 
-def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
+def parse_generate(body: Any, defaults: SamplingParams, max_tokens: int = -1) -> OllamaCall:
     model = model_name(body)
     _unsupported(body, GENERATE_FIELDS)
     prompt, system = body.get("prompt", ""), body.get("system")
@@ -156,7 +163,7 @@ def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
     think, variables = _think(body.get("think"))
     request = Request(
         prompt=prompt,
-        params=params(body.get("options"), defaults),
+        params=params(body.get("options"), defaults, max_tokens),
         system=system or None,
         raw=raw,
         response_format=answer_format(body.get("format")),
@@ -166,7 +173,7 @@ def parse_generate(body: Any, defaults: SamplingParams) -> OllamaCall:
     return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
 
 
-def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
+def parse_chat(body: Any, defaults: SamplingParams, max_tokens: int = -1) -> OllamaCall:
     model = model_name(body)
     _unsupported(body, CHAT_FIELDS)
     messages = body.get("messages")
@@ -177,7 +184,7 @@ def parse_chat(body: Any, defaults: SamplingParams) -> OllamaCall:
     think, variables = _think(body.get("think"))
     request = Request(
         messages=parsed,
-        params=params(body.get("options"), defaults),
+        params=params(body.get("options"), defaults, max_tokens),
         response_format=answer_format(body.get("format")),
         tools=tools,
         think=think,

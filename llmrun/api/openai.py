@@ -23,7 +23,8 @@ from llmrun.engine.result import Result
 from llmrun.errors import InvalidParameter
 from llmrun.prompt.template import OWN_VARIABLES, Message
 
-FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+# "length": a limit cut the answer short: max_tokens, the context, or the server's --request-timeout
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "time": "length"}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
@@ -73,9 +74,13 @@ UNSUPPORTED = {
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_tokens: int  # the most tokens one answer may ask for (the context per slot)
+    max_tokens: int  # the most tokens one answer may ask for (the server's --max-tokens, at most the context per slot)
     max_n: int = 8
     max_messages: int = 1024
+    default_tokens: int = (
+        -1
+    )  # an answer's max_tokens when the request gives none (-1: until it stops or fills the context)
+    request_timeout_s: float | None = None  # the server's time limit per request (published in /openapi.json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +150,7 @@ def _params(
                 raise bad_field(max_tokens_field, f"{max_tokens_field} must be in [1, {limits.max_tokens}]")
             values["max_tokens"] = max_tokens
         else:
-            values["max_tokens"] = -1  # OpenAI's default: until the model stops or the context is full
+            values["max_tokens"] = limits.default_tokens  # OpenAI's: until it stops or fills the context
     try:
         return dataclasses.replace(defaults, **values)
     except InvalidParameter as exc:

@@ -93,6 +93,28 @@ def serve(
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests waiting per model before 503.", rich_help_panel=SERVER)
     ] = 64,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens",
+            "-n",
+            min=1,
+            help="The longest answer, in tokens: a request may ask for up to this many (max_tokens, num_predict; "
+            "more is a 400 naming the field) and gets this many at most when it asks for none.",
+            rich_help_panel=SERVER,
+        ),
+    ] = 2048,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            "--request-timeout",
+            min=0,
+            help="Seconds a request may take, waiting for a slot included (0: no limit). An answer still "
+            'going then ends with what it has (finish_reason / done_reason "length") and frees its slot; '
+            "a request still waiting gets a 503.",
+            rich_help_panel=SERVER,
+        ),
+    ] = 300.0,
     allow_pull: Annotated[
         bool,
         typer.Option("--allow-pull", help="Let clients name models that must be downloaded.", rich_help_panel=SERVER),
@@ -142,6 +164,8 @@ def serve(
         api_key=key,
         keep_alive=_duration(keep_alive),
         max_queue=max_queue,
+        max_tokens=max_tokens,
+        request_timeout=request_timeout or None,
         allow_pull=allow_pull,
         cors_origins=tuple(cors_origin or ()),
         force=force,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from llmrun.structured.grammar import Constraint
 
 
-FinishReason = Literal["eos", "stop", "length", "context"]
+FinishReason = Literal["eos", "stop", "length", "context", "time"]  # time: the server's --request-timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ without batching, or settings it cannot batch, run one at a time through
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from llmrun.backends.base import Decoder, GeneratesBatch, Speculates
 from llmrun.decoding.assembler import token_budget
-from llmrun.decoding.events import BatchRequest, Done, Token
+from llmrun.decoding.events import BatchRequest, Done, GenerationStats, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.core import LoadedEntry, local
 from llmrun.engine.request import Prepared, Request, finish, request_constraint, request_ids
@@ -53,6 +54,7 @@ class SequentialDecoder:
     def __init__(self, model: LoadedModel) -> None:
         self.model = model
         self._current: tuple[int, Iterator[Token | Done]] | None = None
+        self._so_far: _SoFar | None = None  # what the current request has streamed, for an answer cut short
 
     @property
     def free(self) -> int:
@@ -65,6 +67,7 @@ class SequentialDecoder:
     def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
         events = self.model.stream(request.ids, request.params, logprobs=logprobs, constraint=request.constraint)
         self._current = (request.index, iter(events))
+        self._so_far = _SoFar(request)
         return None
 
     def step(self) -> list[tuple[int, Token | Done]]:
@@ -77,19 +80,52 @@ class SequentialDecoder:
             raise _RequestFailed(index, exc) from exc
         if isinstance(event, Done):
             self._current = None
+        elif self._so_far is not None:
+            self._so_far.add(event)
         return [(index, event)]
 
     def cancel(self, index: int) -> Done | None:
-        if self._current is not None and self._current[0] == index:
-            close = getattr(self._current[1], "close", None)
-            if close is not None:
-                close()
-            self._current = None
-        return None
+        """End the current request now: its answer so far (None when it is not the one running)."""
+        if self._current is None or self._current[0] != index:
+            return None
+        close = getattr(self._current[1], "close", None)
+        if close is not None:
+            close()
+        self._current = None
+        return self._so_far.done() if self._so_far is not None else None
 
     def close(self) -> None:
         if self._current is not None:
             self.cancel(self._current[0])
+
+
+class _SoFar:
+    """The tokens a request has streamed, and when: its Done when the stream is ended early."""
+
+    def __init__(self, request: BatchRequest) -> None:
+        self.request = request
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.text: list[str] = []
+        self.count = 0
+
+    def add(self, token: Token) -> None:
+        self.first = self.first if self.first is not None else time.perf_counter()
+        self.text.append(token.text)
+        self.count += 1
+
+    def done(self) -> Done:
+        now = time.perf_counter()
+        first = self.first if self.first is not None else now
+        stats = GenerationStats(
+            prompt_tokens=len(self.request.ids),
+            generated_tokens=self.count,
+            prompt_seconds=first - self.started,
+            generation_seconds=now - first,
+            finish_reason="length",
+            seed=self.request.params.seed,
+        )
+        return Done("".join(self.text), stats)
 
 
 class _RequestFailed(Exception):
@@ -109,6 +145,7 @@ class Ticket:
     constraint: Constraint | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
+    deadline: float | None = None  # time.monotonic() past which the request ends (the server's --request-timeout)
     _scheduler: Scheduler | None = None
     splitter: Splitter = field(init=False)  # a reasoning model's answer, told apart as it streams
 
@@ -120,11 +157,27 @@ class Ticket:
             self._scheduler.cancel(self)
 
 
+class TimedOut(LlmrunError):
+    """A request that waited for a slot until its time was up."""
+
+
 class Scheduler:
+    """``timeout``: the seconds a request may take from its submission (None: no limit). One still
+    waiting for a slot then fails (:class:`TimedOut`); one being decoded ends with the answer so far,
+    its finish reason ``time``, and frees its slot."""
+
     def __init__(
-        self, entry: LoadedEntry, parallel: int, n_ctx_seq: int, max_queue: int = 64, *, cache_prompts: bool = True
+        self,
+        entry: LoadedEntry,
+        parallel: int,
+        n_ctx_seq: int,
+        max_queue: int = 64,
+        *,
+        cache_prompts: bool = True,
+        timeout: float | None = None,
     ) -> None:
         self.entry = entry
+        self.timeout = timeout
         self.model = local(entry.model, "decode requests here")
         self.cache_prompts = cache_prompts  # a finished request's KV cells serve the next that shares their prefix
         self.parallel = parallel
@@ -178,7 +231,8 @@ class Scheduler:
                 raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
-            ticket = Ticket(self._next, request, prepared, sink, constraint, _scheduler=self)
+            deadline = time.monotonic() + self.timeout if self.timeout is not None else None
+            ticket = Ticket(self._next, request, prepared, sink, constraint, deadline=deadline, _scheduler=self)
             self.entry.last_used = time.monotonic()
             self._next += 1
             self._waiting.append(ticket)
@@ -236,6 +290,7 @@ class Scheduler:
                 self._decoder.cancel(ticket.index)
                 self._running.pop(ticket.index, None)
             self._cancelled.clear()
+            self._end_overdue(time.monotonic())
             while self._waiting and self._decoder.free:
                 ticket = self._waiting.popleft()
                 error = self._decoder.admit(
@@ -247,6 +302,27 @@ class Scheduler:
                 else:
                     self._running[ticket.index] = ticket
             return True
+
+    def _end_overdue(self, now: float) -> None:
+        """Requests past their deadline: those waiting fail, those decoding end with their answer so far."""
+        for ticket in [t for t in self._waiting if t.deadline is not None and now >= t.deadline]:
+            self._waiting.remove(ticket)
+            ticket.sink(
+                TimedOut("the request waited for a slot for its whole time", "retry when the server is less busy")
+            )
+        for ticket in [t for t in self._running.values() if t.deadline is not None and now >= t.deadline]:
+            del self._running[ticket.index]
+            done = self._decoder.cancel(ticket.index)
+            if done is None:  # the decoder had already finished it: its Done comes with the next step
+                continue
+            self._finish(ticket, Done(done.text, dataclasses.replace(done.stats, finish_reason="time")))
+
+    def _finish(self, ticket: Ticket, done: Done) -> None:
+        logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
+        held = ticket.splitter.flush()
+        if held is not None:
+            ticket.sink(held)
+        ticket.sink(finish(done, self.entry.templates, ticket.request, ticket.prepared, logprobs))
 
     def _step(self) -> None:
         if not self._decoder.active:
@@ -274,11 +350,7 @@ class Scheduler:
                 continue
             if isinstance(event, Done):
                 del self._running[index]
-                logprobs = tuple(ticket.logprobs) if ticket.request.logprobs else None
-                held = ticket.splitter.flush()
-                if held is not None:
-                    ticket.sink(held)
-                ticket.sink(finish(event, self.entry.templates, ticket.request, ticket.prepared, logprobs))
+                self._finish(ticket, event)
                 continue
             if ticket.request.logprobs and event.id >= 0:
                 ticket.logprobs.append(TokenLogprob.of(event, self.model.token_bytes(event.id)))

@@ -10,20 +10,20 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrun import __version__
-from llmrun.api import openai as api
 from llmrun.api.errors import ApiError
 from llmrun.server import ollama_routes, openai_routes
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import ServerState
+from llmrun.server.state import ServerConfig, ServerState
 
 log = logging.getLogger("llmrun.server")
 OPEN_PATHS = ("/health",)  # answered without a key (load balancers, probes)
@@ -55,17 +55,7 @@ def create_app(state: ServerState) -> FastAPI:
             allow_headers=["Authorization", "Content-Type"],
         )
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        endpoint = request.url.path
-        try:
-            _authorize(request, state.config.api_key)
-            _check_length(request, state.config.max_body_bytes)
-            response = await call_next(request)
-        except ApiError as exc:
-            response = _error_response(exc, endpoint)
-        metrics.requests.labels(endpoint if endpoint in KNOWN else "other", str(response.status_code)).inc()
-        return response
+    app.add_middleware(Guard, config=state.config, metrics=metrics)  # outermost: before CORS and the routes
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -111,9 +101,7 @@ def create_app(state: ServerState) -> FastAPI:
     async def openapi() -> dict[str, Any]:
         from llmrun.server.openapi import describe
 
-        served = state.served()
-        longest = min((s.n_ctx for s in served), default=1)
-        return describe(state.names(), api.Limits(max_tokens=longest, max_n=state.config.max_n), __version__)
+        return describe(state.names(), state.limits(), __version__)
 
     openai_routes.add_routes(app, state, metrics)
     ollama_routes.add_routes(app, state, metrics)
@@ -144,6 +132,43 @@ KNOWN |= {
 
 
 # --- request plumbing ------------------------------------------------------------------
+
+
+class Guard:
+    """Every request: the key and the body's size checked before anything runs, and counted by endpoint
+    and status. A plain ASGI middleware, not Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``):
+    through that one a route never sees its client go away (``Request.is_disconnected`` stays False,
+    starlette discussion 2094), so a request nobody waits for would keep its slot."""
+
+    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: Metrics) -> None:
+        self.app = app
+        self.config = config
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        endpoint = request.url.path
+        status = 500  # unless a response starts
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            try:
+                _authorize(request, self.config.api_key)
+                _check_length(request, self.config.max_body_bytes)
+            except ApiError as exc:
+                await _error_response(exc, endpoint)(scope, receive, counted)
+                return
+            await self.app(scope, receive, counted)
+        finally:
+            self.metrics.requests.labels(endpoint if endpoint in KNOWN else "other", str(status)).inc()
 
 
 def _authorize(request: Request, key: str | None) -> None:

@@ -17,7 +17,7 @@ from llmrun.api import openai as api
 from llmrun.api.errors import ApiError, explain, worded
 from llmrun.backends.base import ReadsTokens
 from llmrun.engine.result import Result
-from llmrun.engine.scheduler import Event, QueueFull, Ticket
+from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut
 from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Embedding, Served, ServerState
@@ -106,11 +106,16 @@ def request_error(exc: LlmrunError, call: api.Call) -> ApiError:
         return ApiError(400, explain(exc), param=field, code="invalid_request")
     if isinstance(exc, ShuttingDown):
         return ApiError(503, explain(exc), code="shutting_down")
+    if isinstance(exc, TimedOut):
+        return ApiError(503, explain(exc), code="request_timeout")
     if isinstance(exc, ContextFull):
         return ApiError(400, explain(exc), param=prompt, code="context_length_exceeded")
     if isinstance(exc, UsageError):
         return ApiError(400, explain(exc), param=prompt, code="invalid_request")
     return ApiError(500, explain(exc), code="engine_error")
+
+
+DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request looks whether its client is still there
 
 
 async def gather(
@@ -125,13 +130,16 @@ async def gather(
     count = len(call.requests)
     results: dict[int, Result] = {}
     first = True
+    checked = time.monotonic()
     try:
         while len(results) < count:
-            try:
-                index, event = await asyncio.wait_for(queue.get(), timeout=0.5)
-            except TimeoutError:
+            if time.monotonic() - checked >= DISCONNECT_CHECK_S:  # tokens arriving do not hide a client gone
+                checked = time.monotonic()
                 if await request.is_disconnected():
-                    raise ClientGone from None
+                    raise ClientGone
+            try:
+                index, event = await asyncio.wait_for(queue.get(), timeout=DISCONNECT_CHECK_S)
+            except TimeoutError:
                 continue
             if first:
                 metrics.time_to_first_token.observe(time.monotonic() - started)
@@ -152,6 +160,8 @@ class ClientGone(Exception):
 
 
 def tally(metrics: Metrics, result: Result, started: float) -> None:
+    if result.finish_reason == "time":
+        metrics.timed_out.inc()
     metrics.prompt_tokens.inc(result.prompt_tokens)
     metrics.generated_tokens.inc(result.generated_tokens)
     metrics.latency.observe(time.monotonic() - started)

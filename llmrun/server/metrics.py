@@ -29,3 +29,6 @@ class Metrics:
         self.busy_slots = Gauge("llmrun_busy_slots", "Sequences being decoded", registry=self.registry)
         self.slots = Gauge("llmrun_slots", "Sequences decoded at once (all models)", registry=self.registry)
         self.loads = Counter("llmrun_model_loads", "Models loaded", registry=self.registry)
+        self.timed_out = Counter(
+            "llmrun_requests_timed_out", "Answers ended by the time limit (--request-timeout)", registry=self.registry
+        )

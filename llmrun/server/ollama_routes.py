@@ -67,7 +67,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
-        call = ollama.parse_generate(body, served.defaults)
+        call = ollama.parse_generate(body, served.defaults, state.limits(served).max_tokens)
         if call.request.prompt == "":  # Ollama: an empty prompt loads the model and answers at once
             return JSONResponse({**_head(served), "response": "", "done": True, "done_reason": "load"})
         return await _answer(request, served, call, metrics, started, chat=False)
@@ -77,7 +77,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
-        call = ollama.parse_chat(body, served.defaults)
+        call = ollama.parse_chat(body, served.defaults, state.limits(served).max_tokens)
         return await _answer(request, served, call, metrics, started, chat=True)
 
     @app.post("/api/pull")

@@ -50,7 +50,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await jobs.served_model(state, body)
         parse = api.parse_chat if chat else api.parse_completion
-        call = parse(body, served.defaults, api.Limits(max_tokens=served.n_ctx, max_n=state.config.max_n))
+        call = parse(body, served.defaults, state.limits(served))
         return await _complete(request, served, call, metrics, chat=chat)
 
     @app.post("/v1/chat/completions")

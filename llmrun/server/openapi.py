@@ -348,4 +348,6 @@ def describe(names: Sequence[str], limits: Limits, version: str) -> dict[str, An
         ),
         **_ollama(served),
     }
-    return {"openapi": "3.1.0", "info": {"title": "llmrun", "version": version}, "paths": paths}
+    limits_info = {"max_tokens": limits.max_tokens, "request_timeout_s": limits.request_timeout_s}
+    info = {"title": "llmrun", "version": version, "x-llmrun-limits": limits_info}  # the operator's bounds
+    return {"openapi": "3.1.0", "info": info, "paths": paths}

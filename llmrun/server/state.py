@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmrun.api import openai as api
 from llmrun.api.errors import worded
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import Engine
@@ -41,6 +42,8 @@ class ServerConfig:
     max_queue: int = 64  # waiting requests per model before 503
     max_body_bytes: int = 4 * 1024 * 1024
     max_n: int = 8
+    max_tokens: int = 2048  # an answer's tokens when a request names none, and the most it may name
+    request_timeout: float | None = 300.0  # seconds a request may take, waiting included (None: no limit)
     allow_pull: bool = False
     cors_origins: tuple[str, ...] = ()
     force: bool = False
@@ -86,6 +89,17 @@ class ServerState:
         self.closing = False
         self._closed = False
         self._close_lock = threading.Lock()
+
+    def limits(self, served: Served | None = None) -> api.Limits:
+        """What one request may ask for: ``max_tokens`` up to the operator's --max-tokens and the context."""
+        n_ctx = served.n_ctx if served is not None else min((s.n_ctx for s in self.served()), default=1)
+        ceiling = min(self.config.max_tokens, n_ctx)
+        return api.Limits(
+            max_tokens=ceiling,
+            max_n=self.config.max_n,
+            default_tokens=ceiling,
+            request_timeout_s=self.config.request_timeout,
+        )
 
     def served(self) -> list[Served]:
         with self._lock:
@@ -187,7 +201,12 @@ class ServerState:
         entry = self.engine.load(run_plan)
         config = self.config
         scheduler = Scheduler(
-            entry, config.parallel, run_plan.load.n_ctx, config.max_queue, cache_prompts=config.cache_prompts
+            entry,
+            config.parallel,
+            run_plan.load.n_ctx,
+            config.max_queue,
+            cache_prompts=config.cache_prompts,
+            timeout=config.request_timeout,
         )
         served_as = name if run_plan.model.foreign and not name.startswith(("ollama:", "lmstudio:")) else None
         return Served(served_as or run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)

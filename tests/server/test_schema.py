@@ -2,7 +2,8 @@
 own /openapi.json and sends thousands of requests, valid and invalid, to every OpenAI and Ollama
 route. No 5xx; every status documented; every 4xx body in the API's error shape; responses (JSON,
 SSE events, Ollama's NDJSON) valid against the description; schema-violating requests refused;
-afterwards /health still answers and the server's memory is back near where it started.
+afterwards /health still answers and the server's memory is back near where it started; every
+request is answered within 30 s, the server's --request-timeout (20 s) bounding each.
 
 The server runs a 64-token context so that a generated request answers fast; the check that
 schema-valid requests are accepted is left out (an answer that would not fit the context, or a
@@ -26,12 +27,15 @@ from tests.support import serving
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = 200  # per operation and phase: over 2,000 requests in all
+SERVER_TIMEOUT_S = 20  # serve --request-timeout: no request holds a slot longer
+CLIENT_TIMEOUT_S = 30  # and none leaves schemathesis waiting
 
 
 @pytest.fixture(scope="module")
 def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
-    with serving.running(["-m", str(smollm), "--ctx", "64", "--parallel", "2"], env) as (url, process):
+    args = ["-m", str(smollm), "--ctx", "64", "--parallel", "2", "--request-timeout", str(SERVER_TIMEOUT_S)]
+    with serving.running(args, env) as (url, process):
         yield url, process.pid
 
 
@@ -65,7 +69,7 @@ def test_schemathesis_finds_nothing(server: tuple[str, int], tmp_path: Path) -> 
             "1",
             "--no-color",
             "--request-timeout",
-            "60",
+            str(CLIENT_TIMEOUT_S),  # a request the server has not answered by then fails the run
             "--generation-database",
             "none",
             "--suppress-health-check",

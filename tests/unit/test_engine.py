@@ -159,3 +159,25 @@ def test_a_cancelled_request_gets_nothing_more() -> None:
         assert len(events) == seen and 0 < seen < 40 and not isinstance(events[-1], Result)
     finally:
         scheduler.close()
+
+
+def test_a_request_past_its_time_ends_with_its_answer_so_far_and_frees_its_slot() -> None:
+    """The server's --request-timeout: the running request ends with what it has (finish reason ``time``),
+    the one that waited behind it for its whole time fails, and the slot serves the next request."""
+    scheduler = Scheduler(entry(TextOnly(delay=0.05)), parallel=1, n_ctx_seq=64, timeout=0.5)
+    try:
+        slow = Request(prompt="z" * 60, raw=True, params=SamplingParams(max_tokens=60))
+        started = time.monotonic()
+        running, ran = collect(scheduler, slow)
+        waiting, waited = collect(scheduler, slow)
+        assert ran.wait(5) and waited.wait(5)
+        assert time.monotonic() - started < 2  # 60 tokens at 50 ms would take 3 s
+        result = running[-1]
+        assert isinstance(result, Result) and result.finish_reason == "time"
+        shown = "".join(e.text for e in running if isinstance(e, Token))
+        assert result.text == shown and 0 < len(shown) < 60 and result.generated_tokens == len(shown)
+        assert isinstance(waiting[-1], LlmrunError) and not isinstance(waiting[-1], Result)
+        after, finished = collect(scheduler, Request(prompt="ok", raw=True, params=SamplingParams(max_tokens=2)))
+        assert finished.wait(5) and isinstance(after[-1], Result) and after[-1].finish_reason == "length"
+    finally:
+        scheduler.close()

@@ -113,3 +113,19 @@ def test_chat_refusals() -> None:
     ):
         with pytest.raises(OllamaError):
             parse_chat(body, DEFAULTS)
+
+
+def test_the_servers_ceiling_bounds_num_predict_and_replaces_no_limit() -> None:
+    """serve --max-tokens: an answer without num_predict (or with -1) gets the ceiling; above it is a 400."""
+    bounded = {"model": "m", "prompt": "hi"}
+    assert parse_generate(bounded, DEFAULTS, 100).request.params.max_tokens == 100
+    unlimited = {**bounded, "options": {"num_predict": -1}}
+    assert parse_generate(unlimited, DEFAULTS, 100).request.params.max_tokens == 100
+    assert parse_generate({**bounded, "options": {"num_predict": 40}}, DEFAULTS, 100).request.params.max_tokens == 40
+    with pytest.raises(OllamaError) as raised:
+        parse_chat(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "options": {"num_predict": 101}},
+            DEFAULTS,
+            100,
+        )
+    assert raised.value.status == 400 and "num_predict" in raised.value.message and "100" in raised.value.message

@@ -140,3 +140,16 @@ def test_finish_reasons_and_usage() -> None:
         "logprobs": None,
         "finish_reason": "stop",
     }
+
+
+def test_the_servers_ceiling_bounds_max_tokens_and_is_the_default() -> None:
+    """serve --max-tokens: a request may ask for up to the ceiling (above it, a 400 naming the field, as
+    OpenAI answers), and gets the server's default when it asks for none."""
+    limits = api.Limits(max_tokens=100, max_n=4, default_tokens=100)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert api.parse_chat(body, SamplingParams(), limits).requests[0].params.max_tokens == 100
+    assert api.parse_chat({**body, "max_tokens": 7}, SamplingParams(), limits).requests[0].params.max_tokens == 7
+    for field in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(ApiError) as raised:
+            api.parse_chat({**body, field: 101}, SamplingParams(), limits)
+        assert raised.value.status == 400 and raised.value.param == field
