@@ -99,7 +99,7 @@ def next_token(
     """
     from llmrun.cli import render, views
     from llmrun.engine.inspection import next_token as compute
-    from llmrun.engine.load import load
+    from llmrun.engine.load import load, local
     from llmrun.engine.request import choose_template
     from llmrun.prompt.render import prompt_ids
 
@@ -111,7 +111,7 @@ def next_token(
 
         raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
     with render.status(f"Loading {run_plan.model.name}…"):
-        loaded = load(run_plan)
+        loaded = local(load(run_plan), "show its next-token distribution")  # refused above: never remote
         try:
             rendered, prompt_format = prompt_ids(loaded, choose_template(run_plan).own, text, system, raw)
             ids = rendered.ids

@@ -268,7 +268,8 @@ def _generate(
     import math
 
     from llmrun.cli import render, streams, views
-    from llmrun.engine.core import Engine, local
+    from llmrun.engine.core import Engine
+    from llmrun.engine.load import local
     from llmrun.engine.request import Request, request_ids
     from llmrun.engine.result import Result
     from llmrun.remote.model import RemoteModel

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llmrun.backends.base import LoadedModel, Speculates, evaluating, with_logits
+from llmrun.backends.base import Evaluates, LoadedModel, Speculates, evaluating, with_logits
 from llmrun.decoding.events import Done
 
 TEXT = (
@@ -100,22 +100,23 @@ def run(
         if progress:
             progress(index)
     stepper.reset()
-    speculative = (
-        _speculative(model, prompt, n_gen, repetitions) if isinstance(model, Speculates) and model.draft.on else None
-    )
+    speculative = None
+    if isinstance(model, Speculates) and model.draft.on:
+        speculative = _speculative(model, model, stepper, prompt, n_gen, repetitions)
     return BenchResult(
         len(prompt), n_gen, repetitions, Spread.of(pp), Spread.of(tg), Spread.of(ttft), peak, speculative
     )
 
 
-def _speculative(model: LoadedModel, prompt: list[int], n_gen: int, repetitions: int) -> Speculative | None:
-    """The model's draft against none: ``n_gen`` greedy tokens after ``prompt``, alternating, medians."""
+def _speculative(
+    model: LoadedModel, drafts: Speculates, stepper: Evaluates, prompt: list[int], n_gen: int, repetitions: int
+) -> Speculative:
+    """The model's draft against none: ``n_gen`` greedy tokens after ``prompt``, alternating, medians
+    (``drafts`` and ``stepper``: the same model, as it drafts and as it evaluates)."""
     from llmrun.decoding.sampling import SamplingParams
     from llmrun.decoding.speculative import Draft
 
-    draft = model.draft  # type: ignore[attr-defined]
-    if not draft.on:
-        return None
+    draft = drafts.draft
     params = SamplingParams(temperature=0.0, max_tokens=n_gen)
     plain: list[float] = []
     drafted: list[float] = []
@@ -125,8 +126,8 @@ def _speculative(model: LoadedModel, prompt: list[int], n_gen: int, repetitions:
         for index in range(repetitions + 1):
             outputs = []
             for setting in (Draft(), draft):
-                model.use_draft(setting)  # type: ignore[attr-defined]
-                model.reset()  # type: ignore[attr-defined]
+                drafts.use_draft(setting)
+                stepper.reset()
                 done = next(e for e in model.stream(prompt, params) if isinstance(e, Done))
                 outputs.append(done.text)
                 if index:
@@ -135,5 +136,5 @@ def _speculative(model: LoadedModel, prompt: list[int], n_gen: int, repetitions:
                     accepted_n += done.stats.accepted
             same = same and outputs[0] == outputs[1]
     finally:
-        model.use_draft(draft)  # type: ignore[attr-defined]
+        drafts.use_draft(draft)
     return Speculative(draft.value, Spread.of(plain), Spread.of(drafted), drafted_n, accepted_n, same)

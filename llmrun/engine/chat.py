@@ -21,7 +21,8 @@ from typing import Any, Literal
 from llmrun.decoding.events import Done, GenerationStats, Token
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.tokens import common_prefix
-from llmrun.engine.core import Loaded, generate, local
+from llmrun.engine.core import generate
+from llmrun.engine.load import Loaded, local
 from llmrun.engine.request import Prepared, Request, Templates, request_ids
 from llmrun.engine.result import Result
 from llmrun.errors import ContextFull, InvalidParameter, StoreError, UsageError
@@ -88,8 +89,8 @@ class ChatSession:
 
     def prompt(self, *, add_generation_prompt: bool = True) -> Prompt:
         """The conversation so far, rendered and tokenized as the model reads it (a local model's)."""
-        variables = {"enable_thinking": self.think} if self.think is not None else {}
         model = local(self.model, "show the prompt it reads")
+        variables = self.request().variables  # as the engine renders the answer's prompt
         return render_prompt(
             model, self.template, self.messages(), add_generation_prompt=add_generation_prompt, variables=variables
         )

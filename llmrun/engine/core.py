@@ -14,9 +14,10 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import LoadedModel, batching
+from llmrun.backends.base import batching
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
+from llmrun.engine.load import Loaded, load
 from llmrun.engine.request import (
     Prepared,
     Request,
@@ -27,7 +28,7 @@ from llmrun.engine.request import (
     request_ids,
 )
 from llmrun.engine.result import Result, TokenLogprob
-from llmrun.errors import LlmrunError, backend_cannot
+from llmrun.errors import LlmrunError
 from llmrun.remote.model import RemoteModel
 
 if TYPE_CHECKING:
@@ -48,17 +49,6 @@ class LoadedEntry:
         return self.plan.model.name
 
 
-Loaded = LoadedModel | RemoteModel
-"""A model ready for requests: a backend's (token ids in, tokens out), or a remote engine's (whole requests)."""
-
-
-def local(model: Loaded, what: str) -> LoadedModel:
-    """``model`` when it runs here; one line saying a remote engine cannot do ``what`` when it does not."""
-    if isinstance(model, RemoteModel):
-        raise backend_cannot(what)
-    return model
-
-
 class Engine:
     """Loaded models by name, kept until :meth:`unload` (the server unloads idle ones after stopping
     their schedulers: ``ServerState.expire``); ``template`` (a template and where it came from, from
@@ -70,8 +60,6 @@ class Engine:
         template: tuple[str, str] | None = None,
         loader: Callable[[RunPlan], Loaded] | None = None,
     ) -> None:
-        from llmrun.engine.load import load
-
         self._template = template
         self._loader = loader or load
         self._entries: dict[str, LoadedEntry] = {}
@@ -160,10 +148,11 @@ class Engine:
 def generate(
     model: Loaded, templates: Templates, request: Request, prepared: Prepared | None = None
 ) -> Generator[Token | Result, None, None]:
-    """The one generation path (run, chat, the single-stream paths of batch and serve): the request's
-    prompt rendered and tokenized (or ``prepared`` already), its constraint built, the answer streamed as
-    Token events (a reasoning model's reasoning apart from the text), then one Result. A remote engine
-    takes the request whole and answers with the same events."""
+    """One request's generation (run, through :meth:`Engine.complete`, and chat): the prompt rendered and
+    tokenized (or ``prepared`` already), its constraint built, the answer streamed as Token events (a
+    reasoning model's reasoning apart from the text), then one Result. A remote engine takes the request
+    whole and answers with the same events. Batch and serve interleave many requests in a batch decoder,
+    with the same stages on each side of it (``request_ids``, ``request_constraint``, ``finish``)."""
     if isinstance(model, RemoteModel):
         yield from model.complete(request)
         return

@@ -8,8 +8,9 @@ from llmrun import backends
 from llmrun.backends.base import LoadedModel, LoadParams, Speculates
 from llmrun.decoding.speculative import Draft
 from llmrun.engine.plan import RunPlan
-from llmrun.errors import InsufficientMemory, UsageError
+from llmrun.errors import InsufficientMemory, UsageError, backend_cannot
 from llmrun.formats.memory import plan
+from llmrun.remote.model import RemoteModel
 from llmrun.units import format_bytes
 
 
@@ -35,14 +36,22 @@ def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, f
     return message + "; going ahead (`force`)"
 
 
-def load(run_plan: RunPlan) -> LoadedModel:
+Loaded = LoadedModel | RemoteModel
+"""A model ready for requests: a backend's (token ids in, tokens out), or a remote engine's (whole requests)."""
+
+
+def local(model: Loaded, what: str) -> LoadedModel:
+    """``model`` when it runs here; one line saying a remote engine cannot do ``what`` when it does not."""
+    if isinstance(model, RemoteModel):
+        raise backend_cannot(what)
+    return model
+
+
+def load(run_plan: RunPlan) -> Loaded:
     """The plan's model, loaded, with its draft (speculative decoding) attached; a remote engine's,
     connected (nothing is sent until the first request)."""
     if run_plan.backend == "remote":
-        from llmrun.remote.model import RemoteModel
-
-        remote = RemoteModel(run_plan.endpoints, n_ctx=run_plan.load.n_ctx, extras=run_plan.extras)
-        return remote  # type: ignore[return-value]  # it completes requests, not token ids
+        return RemoteModel(run_plan.endpoints, n_ctx=run_plan.load.n_ctx, extras=run_plan.extras)
     model = backends.get(run_plan.backend).load(run_plan.model.path, run_plan.load)
     draft_path = run_plan.draft_model.path if run_plan.draft_model is not None else None
     try:

@@ -29,7 +29,8 @@ from llmrun.backends.base import Decoder, GeneratesBatch, Speculates
 from llmrun.decoding.assembler import token_budget
 from llmrun.decoding.events import BatchRequest, Done, GenerationStats, Token
 from llmrun.decoding.reasoning import Splitter
-from llmrun.engine.core import LoadedEntry, local
+from llmrun.engine.core import LoadedEntry
+from llmrun.engine.load import local
 from llmrun.engine.request import Prepared, Request, finish, request_constraint, request_ids
 from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import LlmrunError, ShuttingDown
@@ -53,8 +54,8 @@ class SequentialDecoder:
 
     def __init__(self, model: LoadedModel) -> None:
         self.model = model
-        self._current: tuple[int, Iterator[Token | Done]] | None = None
-        self._so_far: _SoFar | None = None  # what the current request has streamed, for an answer cut short
+        # the current request: its index, its stream, and what it has streamed (for an answer cut short)
+        self._current: tuple[int, Iterator[Token | Done], _SoFar] | None = None
 
     @property
     def free(self) -> int:
@@ -66,13 +67,12 @@ class SequentialDecoder:
 
     def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
         events = self.model.stream(request.ids, request.params, logprobs=logprobs, constraint=request.constraint)
-        self._current = (request.index, iter(events))
-        self._so_far = _SoFar(request)
+        self._current = (request.index, iter(events), _SoFar(request))
         return None
 
     def step(self) -> list[tuple[int, Token | Done]]:
         assert self._current is not None
-        index, events = self._current
+        index, events, so_far = self._current
         try:
             event = next(events)
         except LlmrunError as exc:
@@ -80,19 +80,20 @@ class SequentialDecoder:
             raise _RequestFailed(index, exc) from exc
         if isinstance(event, Done):
             self._current = None
-        elif self._so_far is not None:
-            self._so_far.add(event)
+        else:
+            so_far.add(event)
         return [(index, event)]
 
     def cancel(self, index: int) -> Done | None:
         """End the current request now: its answer so far (None when it is not the one running)."""
         if self._current is None or self._current[0] != index:
             return None
-        close = getattr(self._current[1], "close", None)
+        _, events, so_far = self._current
+        close = getattr(events, "close", None)
         if close is not None:
             close()
         self._current = None
-        return self._so_far.done() if self._so_far is not None else None
+        return so_far.done()
 
     def close(self) -> None:
         if self._current is not None:
@@ -305,16 +306,18 @@ class Scheduler:
 
     def _end_overdue(self, now: float) -> None:
         """Requests past their deadline: those waiting fail, those decoding end with their answer so far."""
+        if self.timeout is None:
+            return
         for ticket in [t for t in self._waiting if t.deadline is not None and now >= t.deadline]:
             self._waiting.remove(ticket)
             ticket.sink(
                 TimedOut("the request waited for a slot for its whole time", "retry when the server is less busy")
             )
         for ticket in [t for t in self._running.values() if t.deadline is not None and now >= t.deadline]:
-            del self._running[ticket.index]
             done = self._decoder.cancel(ticket.index)
-            if done is None:  # the decoder had already finished it: its Done comes with the next step
+            if done is None:  # the decoder has finished it already: its Done comes with the next step
                 continue
+            del self._running[ticket.index]
             self._finish(ticket, Done(done.text, dataclasses.replace(done.stats, finish_reason="time")))
 
     def _finish(self, ticket: Ticket, done: Done) -> None:
