@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
     from llmrun.backends.gguf_spec import ModelDrafter
+    from llmrun.backends.trace import Geometry, Looks, TopK, Trace
     from llmrun.structured.grammar import Constrains, Constraint
 
 
@@ -296,6 +297,27 @@ class GgufModel:
             self.llama._ctx.kv_cache_clear()
             self.reset()
 
+    # looking inside the forward pass (llmrun look): llmrun.backends.gguf_look
+    def geometry(self) -> Geometry:
+        from llmrun.backends import gguf_look
+
+        return gguf_look.geometry(self)
+
+    def trace(self, ids: Sequence[int], layers: Sequence[int], top: int) -> Trace:
+        from llmrun.backends import gguf_look
+
+        return gguf_look.trace(self, ids, layers, top)
+
+    def lens(self, hidden: npt.NDArray[np.float32], top: int) -> TopK:
+        from llmrun.backends import gguf_look
+
+        return gguf_look.lens(self, hidden, top)
+
+    def embedding_rows(self, chunk: int = 16384) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+        from llmrun.backends import gguf_look
+
+        return gguf_look.embedding_rows(self, chunk)
+
     def close(self) -> None:
         if self.draft_model_drafter is not None:
             self.draft_model_drafter.close()
@@ -348,5 +370,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: GgufModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains]:
-        return model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks]:
+        return model, model, model, model, model, model, model

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
+    from llmrun.backends.trace import Geometry, Looks, TopK, Trace
     from llmrun.structured.grammar import Constrains, Constraint
 
 KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
@@ -354,6 +355,27 @@ class MlxModel:
         for out in self._forward(ids):
             yield np.array(out[0].astype(mx.float32), dtype=np.float32)
 
+    # looking inside the forward pass (llmrun look): llmrun.backends.mlx_look
+    def geometry(self) -> Geometry:
+        from llmrun.backends import mlx_look
+
+        return mlx_look.geometry(self)
+
+    def trace(self, ids: Sequence[int], layers: Sequence[int], top: int) -> Trace:
+        from llmrun.backends import mlx_look
+
+        return mlx_look.trace(self, ids, layers, top)
+
+    def lens(self, hidden: npt.NDArray[np.float32], top: int) -> TopK:
+        from llmrun.backends import mlx_look
+
+        return mlx_look.lens(self, hidden, top)
+
+    def embedding_rows(self, chunk: int = 16384) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+        from llmrun.backends import mlx_look
+
+        return mlx_look.embedding_rows(self, chunk)
+
     def _forward(self, ids: Sequence[int]) -> Iterator[Any]:
         """Feeds ``ids`` into the cache a prefill step at a time; yields each step's logits (lazy)."""
         import mlx.core as mx
@@ -464,5 +486,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: MlxModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains]:
-        return model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks]:
+        return model, model, model, model, model, model, model

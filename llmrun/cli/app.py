@@ -125,6 +125,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "next_token",
         "One forward pass: the most likely next tokens, and what temperature, top-k, top-p and min-p do to them.",
     ),
+    "look": (
+        "look",
+        "look",
+        "One forward pass, looked into: tokens as vectors, attention, and the prediction forming layer by layer.",
+    ),
     "show": ("models", "show", "Architecture, size, tensor types, chat template, licence, and a memory plan."),
     "pull": ("models", "pull", "Download a model from the Hugging Face Hub into the local store, verified by sha256."),
     "list": ("models", "list_models", "The models in the local store: name, quant, size, when pulled, where."),

@@ -70,7 +70,7 @@ class GemmaReference:
         first, second = x[..., :half], x[..., half:]
         return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
-    def _attention(self, layer: int, h: F64) -> F64:
+    def _attention(self, layer: int, h: F64, kept: list[F64] | None = None) -> F64:
         w = self.weights
         prefix = f"blk.{layer}."
         n = h.shape[0]
@@ -87,11 +87,15 @@ class GemmaReference:
             masked |= distance >= self.window
         group = self.n_head // self.n_head_kv
         out = np.empty_like(q)
+        weights = np.empty((self.n_head, n, n))
         for head in range(self.n_head):
             scores = q[:, head, :] @ k[:, head // group, :].T
             scores[masked] = -np.inf
             scores = np.exp(scores - scores.max(axis=1, keepdims=True))
-            out[:, head, :] = (scores / scores.sum(axis=1, keepdims=True)) @ v[:, head // group, :]
+            weights[head] = scores / scores.sum(axis=1, keepdims=True)
+            out[:, head, :] = weights[head] @ v[:, head // group, :]
+        if kept is not None:
+            kept.append(weights)
         result: F64 = out.reshape(n, -1) @ w[prefix + "attn_output.weight"].T
         return result
 
@@ -103,21 +107,38 @@ class GemmaReference:
         result: F64 = (gelu * (h @ w[prefix + "ffn_up.weight"].T)) @ w[prefix + "ffn_down.weight"].T
         return result
 
-    def logits(self, ids: Sequence[int], *, last: bool = False) -> F64:
-        """Logits at every position of ``ids``: (len(ids), vocabulary), float64; with ``last``, at the last
-        position only, (1, vocabulary) (the output projection over the whole vocabulary is most of the cost)."""
+    def trace(self, ids: Sequence[int]) -> tuple[F64, F64]:
+        """Every layer's attention weights (layers, heads, queries, keys) and every layer's output
+        (layers, positions, n_embd), float64: what ``llmrun look`` captures, computed independently."""
+        attention: list[F64] = []
+        hidden: list[F64] = []
+        self._layers(ids, attention, hidden)
+        return np.stack(attention), np.stack(hidden)
+
+    def lens(self, hidden: F64) -> F64:
+        """The final norm and the output head on residual rows: logits (rows, vocabulary)."""
         w = self.weights
-        embedding = w["token_embd.weight"]
-        x = embedding[np.asarray(ids)] * math.sqrt(self.n_embd)
+        result: F64 = self._norm(hidden, w["output_norm.weight"]) @ w.get("output.weight", w["token_embd.weight"]).T
+        return result
+
+    def _layers(self, ids: Sequence[int], attention: list[F64] | None = None, hidden: list[F64] | None = None) -> F64:
+        w = self.weights
+        x = w["token_embd.weight"][np.asarray(ids)] * math.sqrt(self.n_embd)
         for layer in range(self.n_layer):
             prefix = f"blk.{layer}."
-            attn = self._attention(layer, self._norm(x, w[prefix + "attn_norm.weight"]))
+            attn = self._attention(layer, self._norm(x, w[prefix + "attn_norm.weight"]), attention)
             x = x + self._norm(attn, w[prefix + "post_attention_norm.weight"])
             ffn = self._feed_forward(layer, self._norm(x, w[prefix + "ffn_norm.weight"]))
             x = x + self._norm(ffn, w[prefix + "post_ffw_norm.weight"])
-        output = w.get("output.weight", embedding)
-        result: F64 = self._norm(x[-1:] if last else x, w["output_norm.weight"]) @ output.T
-        return result
+            if hidden is not None:
+                hidden.append(x)
+        return x
+
+    def logits(self, ids: Sequence[int], *, last: bool = False) -> F64:
+        """Logits at every position of ``ids``: (len(ids), vocabulary), float64; with ``last``, at the last
+        position only, (1, vocabulary) (the output projection over the whole vocabulary is most of the cost)."""
+        x = self._layers(ids)
+        return self.lens(x[-1:] if last else x)
 
     def greedy(self, prompt: Sequence[int], steps: int) -> tuple[list[int], list[float]]:
         """``steps`` greedy tokens after ``prompt`` and the margin (top-1 minus top-2 logit) of each choice."""

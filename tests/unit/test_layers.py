@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2] / "llmrun"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("adapters", ("llmrun.__main__", "llmrun.cli", "llmrun.server")),
     ("api", ("llmrun.api",)),
-    ("services", ("llmrun.engine", "llmrun.remote", "llmrun.rag", "llmrun.quantize")),
+    ("services", ("llmrun.engine", "llmrun.remote", "llmrun.rag", "llmrun.quantize", "llmrun.look")),
     ("backends", ("llmrun.backends",)),
     ("models", ("llmrun.models",)),
     ("text", ("llmrun.decoding", "llmrun.prompt", "llmrun.structured")),

@@ -1,0 +1,173 @@
+"""One forward pass looked into: run the capture and assemble what ``llmrun look`` shows.
+
+The logit lens applies the model's final norm and output head to every layer's output.
+Its last layer is not recomputed: it is the model's own next-token distribution (what
+``llmrun next`` shows). The recomputed last layer is kept as a check of the lens itself:
+where it does not reproduce the model's own distribution (an architecture with an output
+step llmrun does not apply), the intermediate layers are not shown and a note says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from llmrun.backends.trace import Geometry, Looks, attention_layers
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from llmrun.backends.base import LoadedModel
+
+    F32 = npt.NDArray[np.float32]
+
+LENS_AGREEMENT = 0.05  # the largest gap between the lens's last layer and the model's own top probability
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    position: int
+    id: int
+    text: str
+    norm: float  # the length of its embedding vector (the row of the embedding matrix)
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    id: int
+    text: str
+    cosine: float
+
+
+@dataclass(slots=True)
+class Look:
+    model: str
+    tokens: list[Token]
+    geometry: Geometry
+    attention: dict[int, F32]  # layer → (heads, queries, keys)
+    lens_ids: npt.NDArray[np.int64]  # (layers, positions, k); the last layer is the model's own distribution
+    lens_probs: F32
+    lens_shown: bool  # False: only the last layer (the model's own) is shown
+    lens_gap: float  # the lens's recomputed last layer against the model's own top probability
+    neighbours: dict[int, list[Neighbour]] = field(default_factory=dict)  # token id → its nearest tokens
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def text(self, token_id: int) -> str:
+        return next((t.text for t in self.tokens if t.id == token_id), "")
+
+
+def piece_text(model: LoadedModel, token_id: int) -> str:
+    return model.token_bytes(token_id, special=True).decode("utf-8", "replace")
+
+
+def positions_line(geometry: Geometry) -> str:
+    """How positions enter the model, in words."""
+    if not geometry.rope:
+        return (
+            "Positions do not enter by rotation here: the model adds a learned position vector to each embedding "
+            "or biases attention by distance."
+        )
+    window = (
+        f" Some layers attend only to the last {geometry.sliding_window} tokens (a sliding window)."
+        if geometry.sliding_window
+        else ""
+    )
+    return (
+        f"Positions enter through RoPE ({geometry.rope}, base {geometry.rope_base:,.0f}): no position vector is "
+        "added to the embeddings; instead every query and key is rotated by an angle proportional to its "
+        "position, so a query·key score depends on how far apart two tokens are, not on where they are." + window
+    )
+
+
+def look(
+    model: LoadedModel,
+    name: str,
+    ids: Sequence[int],
+    *,
+    layers: Sequence[int] | None = None,
+    top: int = 3,
+    neighbours_of: Sequence[int] = (),
+    neighbours: int = 8,
+) -> Look:
+    """One captured forward pass over ``ids`` and everything ``look`` shows of it."""
+    import numpy as np
+
+    from llmrun.backends.trace import looking
+
+    seeing = looking(model)
+    geometry = seeing.geometry()
+    chosen = attention_layers(layers, geometry, len(ids))
+    trace = seeing.trace(ids, chosen, top)
+    started = time.perf_counter()
+    n = len(ids)
+    lens = seeing.lens(trace.hidden.reshape(-1, geometry.n_embd), top)
+    lens_ids = lens.ids.reshape(geometry.n_layer, n, top)
+    lens_probs = lens.probs.reshape(geometry.n_layer, n, top)
+    gap = float(np.abs(lens_probs[-1, :, 0] - trace.final.probs[:, 0]).max())
+    agree = float((lens_ids[-1, :, 0] == trace.final.ids[:, 0]).mean())
+    shown = gap <= LENS_AGREEMENT and agree >= 0.9
+    notes = list(trace.notes)
+    if not shown:
+        notes.append(
+            f"the logit lens of the layers before the last is not shown: applying the final norm and output head "
+            f"to the last layer does not reproduce this {geometry.architecture} model's own distribution "
+            f"(top-1 agrees at {agree:.0%} of positions, probabilities differ by up to {gap:.2f})"
+        )
+    lens_ids[-1], lens_probs[-1] = trace.final.ids, trace.final.probs
+    lens_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    norms, near = _embeddings(seeing, ids, neighbours_of, neighbours, model)
+    tokens = [Token(i, token_id, piece_text(model, token_id), norms[i]) for i, token_id in enumerate(ids)]
+    return Look(
+        name,
+        tokens,
+        geometry,
+        trace.attention,
+        lens_ids,
+        lens_probs,
+        shown,
+        gap,
+        near,
+        {"capture": trace.seconds, "lens": lens_seconds, "embeddings": time.perf_counter() - started},
+        notes,
+    )
+
+
+def _embeddings(
+    seeing: Looks, ids: Sequence[int], queries: Sequence[int], k: int, model: LoadedModel
+) -> tuple[list[float], dict[int, list[Neighbour]]]:
+    """Each prompt token's embedding norm and, for each query token, its ``k`` nearest tokens by cosine
+    (control tokens left out): one pass over the embedding matrix, two with neighbours."""
+    import numpy as np
+
+    wanted = set(ids) | set(queries)
+    rows: dict[int, F32] = {}
+    for start, chunk in seeing.embedding_rows():
+        for token_id in wanted:
+            if start <= token_id < start + chunk.shape[0]:
+                rows[token_id] = chunk[token_id - start].astype(np.float32)
+    norms = [float(np.linalg.norm(rows[i])) for i in ids]
+    if not queries:
+        return norms, {}
+    targets = np.stack([rows[q] / max(float(np.linalg.norm(rows[q])), 1e-12) for q in queries])
+    scores: list[F32] = []
+    for _, chunk in seeing.embedding_rows():
+        lengths = np.maximum(np.linalg.norm(chunk, axis=1), 1e-12)
+        scores.append((chunk @ targets.T / lengths[:, None]).T.astype(np.float32))
+    cosine = np.concatenate(scores, axis=1)
+    found: dict[int, list[Neighbour]] = {}
+    for row, query in enumerate(queries):
+        order = np.argsort(-cosine[row], kind="stable")
+        near: list[Neighbour] = []
+        for token_id in order[: 20 * k]:
+            if int(token_id) == query or model.token_kind(int(token_id)) == "control":
+                continue
+            near.append(Neighbour(int(token_id), piece_text(model, int(token_id)), float(cosine[row, token_id])))
+            if len(near) == k:
+                break
+        found[query] = near
+    return norms, found
