@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace
+from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace, top_k
 from llmrun.errors import BackendError, UsageError
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
     params.cb_eval_user_data = None
     attention = {layer: np.zeros((geom.n_head, n, n), dtype=np.float32) for layer in layers}
     hidden = np.zeros((geom.n_layer, n, geom.n_embd), dtype=np.float32)
-    final = TopKAccumulator(n, top)
+    finals: list[TopK] = []  # each piece's positions
     started = time.perf_counter()
     ctx = internals.LlamaContext(model=model.llama._model, params=params, verbose=False)
     batch = internals.LlamaBatch(n_tokens=CHUNK, embd=0, n_seq_max=1, verbose=False)
@@ -174,7 +174,7 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
             if capture.error is not None:
                 raise capture.error
             logits = np.ctypeslib.as_array(ctx.get_logits(), shape=(len(part) * geom.n_vocab,))
-            final.add(0, logits.reshape(len(part), geom.n_vocab))
+            finals.append(top_k(logits.reshape(len(part), geom.n_vocab), top))
             for layer in range(geom.n_layer):
                 out = capture.values.get(f"l_out-{layer}")
                 if out is None:
@@ -189,7 +189,8 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
     finally:
         batch.close()
         ctx.close()
-    return Trace(tuple(ids), geom, attention, hidden, final.result(), time.perf_counter() - started)
+    final = TopK(np.concatenate([f.ids for f in finals]), np.concatenate([f.probs for f in finals]))
+    return Trace(tuple(ids), geom, attention, hidden, final, time.perf_counter() - started)
 
 
 def _missing(architecture: str, what: str) -> BackendError:

@@ -26,6 +26,8 @@ def _check_output(path: Path) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UsageError(f"--html {path} is a directory", "give a file name, such as look.html")
+    if parent.exists() and not parent.is_dir():
+        raise UsageError(f"--html {path}: {parent} is not a folder", "give a path in a folder")
     if not parent.is_dir():
         raise UsageError(f"--html {path}: the folder {parent} does not exist", "create it, or write elsewhere")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

@@ -77,7 +77,7 @@ def _title(console: Console, text: str, detail: str = "") -> None:
     line = Text("\n" + text, style="bold")
     if detail:
         line.append("  " + detail, style="dim")
-    console.print(line)
+    console.print(line, soft_wrap=False)
 
 
 def _tokens(console: Console, look: Look, layer: int, head: int | None, top: int, reading: ModuleType) -> None:
@@ -124,7 +124,7 @@ def _tokens(console: Console, look: Look, layer: int, head: int | None, top: int
     console.print(grid)
     from llmrun.look.view import positions_line
 
-    console.print(Text(positions_line(g), style="dim"))
+    console.print(Text(positions_line(g), style="dim"), soft_wrap=False)
 
 
 def _neighbours(console: Console, look: Look) -> None:
@@ -140,7 +140,7 @@ def _neighbours(console: Console, look: Look) -> None:
                 line.append(" · ", style="dim")
             line.append(_short(n.text, 14))
             line.append(f" {n.cosine:.2f}", style="dim")
-        console.print(line)
+        console.print(line, soft_wrap=False)
 
 
 def _heatmap(console: Console, look: Look, layer: int, head: int | None, reading: ModuleType) -> None:
@@ -155,7 +155,7 @@ def _heatmap(console: Console, look: Look, layer: int, head: int | None, reading
     _title(console, f"Attention, layer {layer} ({who})", "rows: each token (query) · columns: what it reads (keys)")
     if first:
         summary = f"the last {n - first} tokens; the first column sums the weight on the {first} before"
-        console.print(Text(summary, style="dim"))
+        console.print(Text(summary, style="dim"), soft_wrap=False)
     for q in range(first, n):
         line = Text(_short(look.tokens[q].text, label - 1).rjust(label - 1) + " ", style="bold")
         if first:
@@ -249,5 +249,6 @@ def _lens(console: Console, look: Look, report: dict[str, Any]) -> None:
         console.print(line, no_wrap=True)
     last = report["lens"][g.n_layer - 1][n - 1]
     console.print(
-        Text(f"after the last token the model predicts {visible(last['text'])!r} ({last['prob']:.1%})", style="dim")
+        Text(f"after the last token the model predicts {visible(last['text'])!r} ({last['prob']:.1%})", style="dim"),
+        soft_wrap=False,
     )
