@@ -37,6 +37,8 @@ FLAGS = {
     "raw": "--raw",
     "draft": "--draft",
     "draft_tokens": "--draft-tokens",
+    # looking inside
+    "layer": "--layer",
     # everywhere
     "debug": "--debug",
     "offline": "--offline",

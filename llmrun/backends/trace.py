@@ -89,7 +89,7 @@ class TopKAccumulator:
         shifted = np.exp(chunk - new_max.astype(np.float32)[:, None])
         self._sum = self._sum * np.exp(self._max - new_max) + shifted.sum(axis=1, dtype=np.float64)
         self._max = new_max
-        best = _top_columns(chunk, chunk_max, top)
+        best = _top_columns(chunk, top)
         ids = np.concatenate([self._ids, best + start], axis=1)
         values = np.concatenate([self._logits, np.take_along_axis(chunk, best, axis=1).astype(np.float64)], axis=1)
         keep = np.argsort(-values, axis=1, kind="stable")[:, : self.k]
@@ -103,32 +103,28 @@ class TopKAccumulator:
         return TopK(self._ids.copy(), np.exp(self._logits - log_z[:, None]).astype(np.float32))
 
 
-_NEAR_TOP = (3.0, 16.0)  # how far below a row's best to look for its top few: near, then wider for peaked rows
-_MANY = 32768
+_BLOCK = 1024
 
 
-def _top_columns(chunk: F32, row_max: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.int64]:
-    """The columns of each row's ``k`` largest values (in no order): found among the values near the row's
-    best (a comparison over the chunk, cheaper than partitioning it); rows where that finds too few or too
-    many are partitioned whole."""
+def _top_columns(chunk: F32, k: int) -> npt.NDArray[np.int64]:
+    """The columns of each row's ``k`` largest values (in no order), without partitioning whole rows: the
+    ``k`` blocks of :data:`_BLOCK` columns with the largest maxima hold them, so only those (and the
+    columns after the last whole block) are searched."""
     import numpy as np
 
-    result = np.empty((chunk.shape[0], k), dtype=np.int64)
-    todo = np.arange(chunk.shape[0])
-    for margin in _NEAR_TOP:
-        near = chunk[todo] >= (row_max[todo] - margin).astype(np.float32)[:, None]
-        counts = near.sum(axis=1)
-        fits = (counts >= k) & (counts <= _MANY)
-        if fits.any():
-            rows, cols = np.nonzero(near[fits])
-            picked = todo[fits]
-            order = np.lexsort((-chunk[picked[rows], cols], rows))  # by row, then by value, largest first
-            firsts = np.concatenate([[0], np.cumsum(counts[fits])[:-1]])
-            result[picked] = cols[order][firsts[:, None] + np.arange(k)[None, :]]
-        todo = todo[~fits]
-        if not todo.size:
-            return result
-    result[todo] = np.argpartition(chunk[todo], -k, axis=1)[:, -k:]
+    rows, cols = chunk.shape
+    blocks = cols // _BLOCK
+    if blocks <= k:
+        return np.argpartition(chunk, -k, axis=1)[:, -k:].astype(np.int64)
+    whole = chunk[:, : blocks * _BLOCK].reshape(rows, blocks, _BLOCK)
+    best_blocks = np.argpartition(whole.max(axis=2), -k, axis=1)[:, -k:]  # (rows, k)
+    columns = (best_blocks[:, :, None] * _BLOCK + np.arange(_BLOCK)[None, None, :]).reshape(rows, -1)
+    columns = np.concatenate(
+        [columns, np.broadcast_to(np.arange(blocks * _BLOCK, cols), (rows, cols - blocks * _BLOCK))], 1
+    )
+    values = np.take_along_axis(chunk, columns, axis=1)
+    picked = np.argpartition(values, -k, axis=1)[:, -k:]
+    result: npt.NDArray[np.int64] = np.take_along_axis(columns, picked, axis=1).astype(np.int64)
     return result
 
 
@@ -148,7 +144,7 @@ def attention_layers(layers: Sequence[int] | None, geometry: Geometry, n_tokens:
     if size > ATTENTION_BUDGET:
         raise UsageError(
             f"the attention of {len(chosen)} layers over {n_tokens} tokens takes {size / 2**30:.1f} GiB",
-            "choose one layer with --layer, or shorten the prompt",
+            "look at one layer (`layer`), or shorten the prompt",
         )
     return chosen
 
