@@ -7,7 +7,7 @@ alternates, on the same loaded weights:
 - plain, every position: the same pass asking for every position's logits (what ``look`` shows: the
   prediction after each token);
 - capture: ``look``'s pass — flash attention off, every layer's attention weights and output copied out
-  through the eval callback, every position's logits and their top 5;
+  through the eval callback, stopped before the output head (the lens applies it);
 
 then, once, the rest of ``look``: the logit lens (final norm + output head on every layer × position, in
 numpy over the dequantized head) and the embedding pass (norms). Medians over --rounds.

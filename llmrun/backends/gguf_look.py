@@ -7,8 +7,10 @@ a piece of the graph, and once computed the callback reads it. Only the nodes sh
 asked for: every one splits the graph. The capture context:
 
 - has flash attention off: the fused kernel never forms the attention weights;
-- asks for every position's logits, so the last layer keeps every row (llama.cpp drops
-  the rows no one reads before the last layer);
+- asks for every position's output, so the last layer keeps every row (llama.cpp drops
+  the rows no one reads before the last layer), and stops the graph once the last layer's
+  output is read: the output head over the whole vocabulary is never run (the logit lens
+  applies it to the rows it shows; on Gemma 3 it costs more than all the layers together);
 - evaluates the prompt in micro-batches of :data:`CHUNK` tokens; each piece's weights
   (its queries against the cells so far) are put in place by the piece's first position;
 - has a fresh KV cache, so key cell i holds position i (a sliding-window cache too, as
@@ -27,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace, top_k
+from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace
 from llmrun.errors import BackendError, UsageError
 
 if TYPE_CHECKING:
@@ -120,22 +122,25 @@ class _Capture:
     def __init__(self, lib: Any, layers: Sequence[int], n_layer: int) -> None:
         self.lib = lib
         self.wanted = {f"kq_soft_max-{layer}" for layer in layers} | {f"l_out-{layer}" for layer in range(n_layer)}
+        self.last = f"l_out-{n_layer - 1}"  # nothing after it is read: the rest of the graph is skipped
         self.values: dict[str, F32] = {}
         self.error: BaseException | None = None
 
     def __call__(self, pointer: int, ask: bool, user_data: int) -> bool:
+        name = ""
         try:
             name = (self.lib.ggml_get_name(pointer) or b"").decode("utf-8", "replace")
             if ask:
                 return name in self.wanted
             if name in self.wanted:
                 self.values[name] = read_tensor(self.lib, pointer)
-        except BaseException as exc:
+        except BaseException as exc:  # raised again after the pass: a callback must not raise into C
             self.error = exc
-        return True  # False would abort the computation
+        return name != self.last  # False ends this graph's computation here
 
 
 def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int) -> Trace:
+    """``top`` is unused: the pass stops before the output head (see the module's notes)."""
     import llama_cpp
     import numpy as np
     from llama_cpp import _internals as internals
@@ -160,7 +165,6 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
     params.cb_eval_user_data = None
     attention = {layer: np.zeros((geom.n_head, n, n), dtype=np.float32) for layer in layers}
     hidden = np.zeros((geom.n_layer, n, geom.n_embd), dtype=np.float32)
-    finals: list[TopK] = []  # each piece's positions
     started = time.perf_counter()
     ctx = internals.LlamaContext(model=model.llama._model, params=params, verbose=False)
     batch = internals.LlamaBatch(n_tokens=CHUNK, embd=0, n_seq_max=1, verbose=False)
@@ -173,8 +177,6 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
             ctx.decode(batch)
             if capture.error is not None:
                 raise capture.error
-            logits = np.ctypeslib.as_array(ctx.get_logits(), shape=(len(part) * geom.n_vocab,))
-            finals.append(top_k(logits.reshape(len(part), geom.n_vocab), top))
             for layer in range(geom.n_layer):
                 out = capture.values.get(f"l_out-{layer}")
                 if out is None:
@@ -189,8 +191,7 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
     finally:
         batch.close()
         ctx.close()
-    final = TopK(np.concatenate([f.ids for f in finals]), np.concatenate([f.probs for f in finals]))
-    return Trace(tuple(ids), geom, attention, hidden, final, time.perf_counter() - started)
+    return Trace(tuple(ids), geom, attention, hidden, None, time.perf_counter() - started)
 
 
 def _missing(architecture: str, what: str) -> BackendError:

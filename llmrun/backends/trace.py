@@ -1,9 +1,8 @@
 """One forward pass seen from inside: what ``llmrun look`` captures, and the capability that captures it.
 
 A backend that :class:`Looks` runs a prompt once and returns a :class:`Trace`: every
-layer's attention weights (the softmax of query · key, per head), every layer's output
-(the residual stream the next layer reads) and the model's own next-token
-distribution at every position. It also applies its final norm and output head to any
+layer's attention weights (the softmax of query · key, per head) and every layer's output
+(the residual stream the next layer reads). It also applies its final norm and output head to any
 residual rows (:meth:`Looks.lens`, the logit lens) and reads its token embedding matrix
 in chunks (nearest tokens). :class:`TopK` keeps what is shown of a distribution over a
 whole vocabulary without holding it: the top ids, their probabilities, and nothing else.
@@ -60,7 +59,7 @@ class Trace:
     geometry: Geometry
     attention: dict[int, F32]  # layer → (heads, queries, keys) weights; keys after the query are 0
     hidden: F32  # (layers, positions, n_embd): each layer's output
-    final: TopK  # the model's own next-token distribution after each position
+    final: TopK | None  # the model's own next-token distribution after each position, where the pass ran its head
     seconds: float = 0.0  # the forward pass with its capture
     notes: list[str] = field(default_factory=list)  # what could not be captured, and why
 
@@ -156,8 +155,8 @@ class Looks(Protocol):
     def geometry(self) -> Geometry: ...
 
     def trace(self, ids: Sequence[int], layers: Sequence[int], top: int) -> Trace:
-        """One forward pass over ``ids`` keeping the attention of ``layers``, every layer's output, and the
-        top ``top`` of the model's next-token distribution at every position."""
+        """One forward pass over ``ids`` keeping the attention of ``layers`` and every layer's output (and,
+        where the pass runs the output head anyway, the top ``top`` of its distribution at every position)."""
         ...
 
     def lens(self, hidden: F32, top: int) -> TopK:

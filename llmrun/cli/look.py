@@ -68,6 +68,15 @@ def look(
             show_default=False,
         ),
     ] = None,
+    skip_first: Annotated[
+        bool,
+        typer.Option(
+            "--skip-first",
+            help="Rank and draw attention without the first token, the rest rescaled: most heads park their "
+            "weight there when nothing else matters (an attention sink). --json keeps the raw weights.",
+            rich_help_panel=VIEWS,
+        ),
+    ] = False,
     top: Annotated[
         int,
         typer.Option(
@@ -154,7 +163,9 @@ def look(
     from llmrun.cli import look_views
 
     chosen = layer if layer is not None else geometry.n_layer - 1
-    look_views.show(seen, report, chosen, head, query, top, reading)
+    if skip_first:
+        seen.attention = reading.without_first(seen.attention)
+    look_views.show(seen, report, chosen, head, query, top, reading, skip_first)
     if html is not None:
         render.note(f"wrote {html} — open it in a browser")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.text import Text
+
 from llmrun.cli.render import err_console, out_console
 from llmrun.decoding.tokens import visible
 
@@ -47,9 +49,21 @@ def _style(weight: float, hue: str = "attention") -> Style:
 
 
 def show(
-    look: Look, report: dict[str, Any], layer: int, head: int | None, query: int | None, top: int, reading: ModuleType
+    look: Look,
+    report: dict[str, Any],
+    layer: int,
+    head: int | None,
+    query: int | None,
+    top: int,
+    reading: ModuleType,
+    skip_first: bool = False,
 ) -> None:
     console = out_console()
+    if skip_first:
+        console.print(
+            Text("attention without the first token, each row rescaled (--skip-first)", style="yellow"),
+            soft_wrap=False,
+        )
     _tokens(console, look, layer, head, top, reading)
     if look.neighbours:
         _neighbours(console, look)
@@ -244,6 +258,9 @@ def _lens(console: Console, look: Look, report: dict[str, Any]) -> None:
         line = Text(f"{name:>9} ", style="dim")
         for p in range(first, n):
             cell_data = report["lens"][layer][p]
+            if cell_data is None:
+                line.append("?".ljust(cell + 1), style="dim")
+                continue
             line.append(_short(cell_data["text"], cell).ljust(cell), style=_style(cell_data["prob"], "lens"))
             line.append(" ")
         console.print(line, no_wrap=True)

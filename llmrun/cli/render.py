@@ -1,7 +1,8 @@
 """The terminal's consoles, one-line messages (errors, warnings, notes), spinners and small tables.
 
 With :mod:`~llmrun.cli.streams` (answers as they stream), :mod:`~llmrun.cli.views` (the pipeline and
-model views) and :mod:`~llmrun.cli.bars` (progress), the only modules that import Rich.
+model views), :mod:`~llmrun.cli.look_views` (``look``) and :mod:`~llmrun.cli.bars` (progress), the only
+modules that import Rich.
 
 The answer goes to stdout, everything else (spinners, stats, warnings, errors) to
 stderr, so pipes stay clean. When a stream is not a terminal it gets plain text:

@@ -28,12 +28,14 @@ def head_map(weights: F32, head: int | None) -> F32:
 
 
 def strongest(row: F32, k: int, upto: int | None = None) -> list[Attended]:
-    """The ``k`` keys a query row weighs most (among keys ``< upto``), strongest first."""
+    """The ``k`` keys a query row weighs most (among keys ``< upto``), strongest first; keys it gives no
+    weight at all are left out (one is always named)."""
     import numpy as np
 
     values = row[: upto if upto is not None else row.shape[0]]
     order = np.argsort(-values, kind="stable")[:k]
-    return [Attended(int(i), float(values[i])) for i in order]
+    found = [Attended(int(i), float(values[i])) for i in order]
+    return [a for a in found if a.weight > 0] or found[:1]
 
 
 def follow(attention: Mapping[int, F32], query: int, k: int, head: int | None = None) -> dict[int, list[Attended]]:
@@ -49,6 +51,21 @@ def overview(attention: Mapping[int, F32], query: int) -> dict[int, list[Attende
         layer: [strongest(weights[head, query], 1, query + 1)[0] for head in range(weights.shape[0])]
         for layer, weights in sorted(attention.items())
     }
+
+
+def without_first(attention: Mapping[int, F32]) -> dict[int, F32]:
+    """The maps with the first key left out and each row rescaled to sum to 1 (the first query, which
+    has only that key, keeps it): most heads park their weight on the first token when nothing else
+    matters (an attention sink), which hides what they do read."""
+    import numpy as np
+
+    result: dict[int, F32] = {}
+    for layer, weights in attention.items():
+        rest = weights.copy()
+        rest[:, 1:, 0] = 0
+        total = rest.sum(axis=-1, keepdims=True)
+        result[layer] = np.divide(rest, total, out=np.zeros_like(rest), where=total > 0).astype(np.float32)
+    return result
 
 
 def find_token(pieces: Sequence[str], wanted: str) -> int:

@@ -12,7 +12,8 @@
                                                  # are 0 and left out); null for a layer not captured
       "lens": [[{"id": int, "text": str, "prob": float,
                  "top": [{"id": int, "text": str, "prob": float}]}]],   # [layer][position]
-      "lens_complete": bool,                     # false: layers before the last are null (see notes)
+      "lens_complete": bool,                     # false: the lens failed its check (see notes): only the
+                                             # model's own cells of the last layer are given, the rest null
       "neighbours": {str: [{"id": int, "text": str, "cosine": float}]},
       "seconds": {"capture": float, "lens": float, "embeddings": float},
       "notes": [str]
@@ -39,7 +40,9 @@ def to_json(look: Look, text: Callable[[int], str]) -> dict[str, Any]:
     n = len(look.tokens)
 
     def cell(layer: int, position: int) -> dict[str, Any] | None:
-        if layer < geometry.n_layer - 1 and not look.lens_shown:
+        if not look.lens_shown and (
+            layer < geometry.n_layer - 1 or (look.own_known is not None and not look.own_known[position])
+        ):
             return None
         ids, probs = look.lens_ids[layer, position], look.lens_probs[layer, position]
         top = [

@@ -1,11 +1,11 @@
 """One forward pass looked into: run the capture and assemble what ``llmrun look`` shows.
 
 The logit lens applies the model's final norm and output head to every layer's output.
-Its last layer is not recomputed: it is the model's own next-token distribution from the
-captured pass, and at the last position the one ``llmrun next`` computes (the same call:
-a capture runs without flash attention, a plain pass may use it, and the two round
-differently, by up to ~0.03 in probability on the packaged Gemma). The recomputed last
-layer is kept as a check of the lens itself:
+Its last layer is the model's own distribution: from the captured pass where that ran the
+output head (MLX), else from a plain pass over every position (llama.cpp's capture stops
+before the head, which over Gemma 3's 262,144 tokens costs more than all its layers, and runs
+without flash attention, which a plain pass may use); at the last position always as
+``llmrun next`` computes it (the same call). The lens of the last layer is checked against it:
 where it does not reproduce the model's own distribution (an architecture with an output
 step llmrun does not apply), the intermediate layers are not shown and a note says why.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmrun.backends.base import Logits
-from llmrun.backends.trace import Geometry, Looks, attention_layers, top_k
+from llmrun.backends.trace import Geometry, Looks, Trace, attention_layers, top_k
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,6 +57,7 @@ class Look:
     lens_shown: bool  # False: only the last layer (the model's own) is shown
     lens_gap: float  # the lens's recomputed last layer against the model's own top probability
     neighbours: dict[int, list[Neighbour]] = field(default_factory=dict)  # token id → its nearest tokens
+    own_known: npt.NDArray[np.bool_] | None = None  # positions whose last-layer cell is the model's own (None: all)
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -111,20 +112,18 @@ def look(
     lens = seeing.lens(trace.hidden.reshape(-1, geometry.n_embd), top)
     lens_ids = lens.ids.reshape(geometry.n_layer, n, top)
     lens_probs = lens.probs.reshape(geometry.n_layer, n, top)
-    gap = float(np.abs(lens_probs[-1, :, 0] - trace.final.probs[:, 0]).max())
-    agree = float((lens_ids[-1, :, 0] == trace.final.ids[:, 0]).mean())
+    own_ids, own_probs, known = _own(model, trace, lens_ids[-1], lens_probs[-1], top)
+    gap = float(np.abs(lens_probs[-1, known, 0] - own_probs[known, 0]).max(initial=0.0))
+    agree = float((lens_ids[-1, known, 0] == own_ids[known, 0]).mean()) if known.any() else 1.0
     shown = gap <= LENS_AGREEMENT and agree >= 0.9
     notes = list(trace.notes)
     if not shown:
         notes.append(
             f"the logit lens of the layers before the last is not shown: applying the final norm and output head "
             f"to the last layer does not reproduce this {geometry.architecture} model's own distribution "
-            f"(top-1 agrees at {agree:.0%} of positions, probabilities differ by up to {gap:.2f})"
+            f"(top-1 agrees at {agree:.0%} of the positions checked, probabilities differ by up to {gap:.2f})"
         )
-    lens_ids[-1], lens_probs[-1] = trace.final.ids, trace.final.probs
-    if isinstance(model, Logits):  # the last position as `llmrun next` computes it
-        own = top_k(model.logits(ids)[None, :], top)
-        lens_ids[-1, -1], lens_probs[-1, -1] = own.ids[0], own.probs[0]
+    lens_ids[-1], lens_probs[-1] = own_ids, own_probs
     lens_seconds = time.perf_counter() - started
     started = time.perf_counter()
     norms, near = _embeddings(seeing, ids, neighbours_of, neighbours, model)
@@ -139,9 +138,33 @@ def look(
         shown,
         gap,
         near,
+        known,
         {"capture": trace.seconds, "lens": lens_seconds, "embeddings": time.perf_counter() - started},
         notes,
     )
+
+
+def _own(
+    model: LoadedModel, trace: Trace, lens_ids: npt.NDArray[np.int64], lens_probs: F32, top: int
+) -> tuple[npt.NDArray[np.int64], F32, npt.NDArray[np.bool_]]:
+    """The model's own next-token distribution after each position, and where it is known: from the
+    captured pass where it ran the output head (MLX), else from a plain pass over every position (llama.cpp's
+    capture stops before the head); at the last position always the pass ``llmrun next`` makes. Where it
+    is not known (a backend without logits), the lens of the last layer stands for it."""
+    import numpy as np
+
+    known = np.full(len(trace.ids), trace.final is not None or isinstance(model, Logits))
+    if trace.final is not None:
+        own_ids, own_probs = trace.final.ids.copy(), trace.final.probs.copy()
+    elif isinstance(model, Logits):
+        rows = [top_k(chunk, top) for chunk in model.position_logits(trace.ids)]
+        own_ids, own_probs = np.concatenate([r.ids for r in rows]), np.concatenate([r.probs for r in rows])
+    else:
+        own_ids, own_probs = lens_ids.copy(), lens_probs.copy()
+    if isinstance(model, Logits):
+        last = top_k(model.logits(trace.ids)[None, :], top)
+        own_ids[-1], own_probs[-1] = last.ids[0], last.probs[0]
+    return own_ids, own_probs, known
 
 
 def _embeddings(

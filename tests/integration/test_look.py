@@ -120,13 +120,13 @@ def test_a_prompt_in_several_micro_batches_is_put_together(
     got = stacked(pieces)
     assert kl(reference_attention[[0, 5, 17]], got).max() < KL_BOUND
     check_against_reference(
-        Trace(pieces.ids, pieces.geometry, dict(enumerate(reference_attention)), pieces.hidden, pieces.final),
+        Trace(pieces.ids, pieces.geometry, dict(enumerate(reference_attention)), pieces.hidden, None),
         expected,
     )
 
 
 def test_the_lens_is_the_final_norm_and_output_head(
-    model: GgufModel, traced: Trace, reference: GemmaReference, expected: tuple[np.ndarray, np.ndarray]
+    model: GgufModel, ids: list[int], traced: Trace, reference: GemmaReference, expected: tuple[np.ndarray, np.ndarray]
 ) -> None:
     hidden = expected[1]
     rows = hidden.reshape(-1, hidden.shape[-1])
@@ -137,10 +137,15 @@ def test_the_lens_is_the_final_norm_and_output_head(
     probs /= probs.sum(axis=1, keepdims=True)
     assert (got.ids == want).all()
     assert np.abs(got.probs - np.take_along_axis(probs, want, axis=1)).max() < 1e-4
-    # on the captured last layer it reproduces the model's own distribution
-    own = model.lens(traced.hidden[-1], 1)
-    assert (own.ids[:, 0] == traced.final.ids[:, 0]).mean() >= 0.9
-    assert np.abs(own.probs[:, 0] - traced.final.probs[:, 0]).max() < 0.05
+    # on the captured last layer it reproduces the model's own distribution after every position (a plain
+    # pass with flash attention, as `next` makes; measured: top-1 at 14 of 14, probabilities within 0.03)
+    assert traced.final is None  # llama.cpp's capture stops before the output head
+    lens = model.lens(traced.hidden[-1], 1)
+    own = np.concatenate(list(model.position_logits(ids)))
+    own_probs = np.exp(own - own.max(axis=1, keepdims=True))
+    own_probs /= own_probs.sum(axis=1, keepdims=True)
+    assert (lens.ids[:, 0] == own.argmax(axis=1)).mean() >= 0.9
+    assert np.abs(lens.probs[:, 0] - own_probs.max(axis=1)).max() < 0.05
 
 
 def test_a_prompt_longer_than_the_sliding_window_is_refused(model: GgufModel) -> None:
@@ -184,6 +189,10 @@ def test_look_in_the_terminal_follows_a_token(gemma: Path) -> None:
     assert "What '␣it' (#10) attends to, layer by layer" in out
     assert "Logit lens" in out and "layer 17" not in out.split("Logit lens")[1]  # the last row is 'out'
     assert max(len(line) for line in out.splitlines()) <= 80
+    code, out, err = invoke(["look", "--raw", "--from", "it", "--skip-first", PRONOUN], columns=80)
+    assert code == 0, err
+    follow = out.split("attends to, layer by layer")[1].split("Heads:")[0]
+    assert "without the first token" in out and "<bos>" not in follow
 
 
 @pytest.mark.parametrize(

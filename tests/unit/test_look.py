@@ -83,6 +83,15 @@ def test_reading_an_attention_map() -> None:
     assert [a.position for a in grid[5]] == [2, 0]
 
 
+def test_leaving_out_the_first_key_rescales_each_row() -> None:
+    weights = np.array([[[1, 0, 0], [0.5, 0.5, 0], [0.6, 0.1, 0.3]]], dtype=np.float32)
+    rest = reading.without_first({3: weights})[3]
+    assert rest[0, 0].tolist() == [1, 0, 0]  # the first query has nothing else to read
+    assert rest[0, 1].tolist() == [0, 1, 0]
+    assert rest[0, 2] == pytest.approx([0, 0.25, 0.75])
+    assert weights[0, 2, 0] == pytest.approx(0.6)  # the captured weights are left as they are
+
+
 def test_finding_a_token_by_text_or_position() -> None:
     pieces = ["<bos>", "The", " cat", " saw", " the", " cat"]
     assert reading.find_token(pieces, "cat") == 2
