@@ -29,8 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace
-from llmrun.errors import BackendError, UsageError
+from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace, check_window
+from llmrun.errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,6 +50,8 @@ class GgufModel(Protocol):
     load_params: LoadParams
 
 
+ATTENTION = "kq_soft_max"  # llama.cpp's name for a layer's attention weights (``kq_soft_max-5``)
+OUTPUT = "l_out"  # and for a layer's output
 CHUNK = 128  # positions a micro-batch of the capture context
 _ROPE = {-1: "", 0: "norm", 2: "neox", 8: "mrope", 40: "imrope", 24: "vision"}
 _GGML_F32, _GGML_F16 = 0, 1
@@ -121,8 +123,8 @@ class _Capture:
 
     def __init__(self, lib: Any, layers: Sequence[int], n_layer: int) -> None:
         self.lib = lib
-        self.wanted = {f"kq_soft_max-{layer}" for layer in layers} | {f"l_out-{layer}" for layer in range(n_layer)}
-        self.last = f"l_out-{n_layer - 1}"  # nothing after it is read: the rest of the graph is skipped
+        self.wanted = {f"{ATTENTION}-{layer}" for layer in layers} | {f"{OUTPUT}-{layer}" for layer in range(n_layer)}
+        self.last = f"{OUTPUT}-{n_layer - 1}"  # nothing after it is read: the rest of the graph is skipped
         self.values: dict[str, F32] = {}
         self.error: BaseException | None = None
 
@@ -147,11 +149,7 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
 
     geom = geometry(model)
     n = len(ids)
-    if geom.sliding_window and n > geom.sliding_window:
-        raise UsageError(
-            f"the prompt has {n} tokens, more than this model's sliding window of {geom.sliding_window}",
-            f"look at most {geom.sliding_window} tokens at a time",
-        )
+    check_window(geom, n)
     lib = _ggml()
     capture = _Capture(lib, layers, geom.n_layer)
     callback = llama_cpp.ggml_backend_sched_eval_callback(capture)
@@ -165,6 +163,8 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
     params.cb_eval_user_data = None
     attention = {layer: np.zeros((geom.n_head, n, n), dtype=np.float32) for layer in layers}
     hidden = np.zeros((geom.n_layer, n, geom.n_embd), dtype=np.float32)
+    attention_missing: set[int] = set()
+    outputs_missing: set[int] = set()
     started = time.perf_counter()
     ctx = internals.LlamaContext(model=model.llama._model, params=params, verbose=False)
     batch = internals.LlamaBatch(n_tokens=CHUNK, embd=0, n_seq_max=1, verbose=False)
@@ -178,27 +178,40 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
             if capture.error is not None:
                 raise capture.error
             for layer in range(geom.n_layer):
-                out = capture.values.get(f"l_out-{layer}")
+                out = capture.values.get(f"{OUTPUT}-{layer}")
                 if out is None:
-                    raise _missing(geom.architecture, "layer outputs (l_out)")
-                hidden[layer, start:end] = out.reshape(-1, geom.n_embd)[: len(part)]
+                    outputs_missing.add(layer)
+                else:
+                    hidden[layer, start:end] = out.reshape(-1, geom.n_embd)[: len(part)]
             for layer in layers:
-                weights = capture.values.get(f"kq_soft_max-{layer}")
+                weights = capture.values.get(f"{ATTENTION}-{layer}")
                 if weights is None:
-                    raise _missing(geom.architecture, "attention weights (kq_soft_max)")
-                # (1, heads, queries, key cells): cell i holds position i in a fresh cache
-                attention[layer][:, start:end, :end] = weights[0, :, : len(part), :end]
+                    attention_missing.add(layer)
+                else:  # (1, heads, queries, key cells): cell i holds position i in a fresh cache
+                    attention[layer][:, start:end, :end] = weights[0, :, : len(part), :end]
     finally:
         batch.close()
         ctx.close()
-    return Trace(tuple(ids), geom, attention, hidden, None, time.perf_counter() - started)
+    notes = []
+    if attention_missing:
+        notes.append(
+            f"no attention weights for layer{'s' if len(attention_missing) > 1 else ''} {_listed(attention_missing)}: "
+            f"llama.cpp's graph for {geom.architecture} names no {ATTENTION} there (not an attention layer, "
+            "or a fused kernel)"
+        )
+    kept = {layer: weights for layer, weights in attention.items() if layer not in attention_missing}
+    seconds = time.perf_counter() - started
+    trace = Trace(tuple(ids), geom, kept, hidden, None, seconds, notes, complete=not outputs_missing)
+    if outputs_missing:
+        notes.append(
+            f"no logit lens: llama.cpp's graph for {geom.architecture} names no {OUTPUT} "
+            f"for layer{'s' if len(outputs_missing) > 1 else ''} {_listed(outputs_missing)}"
+        )
+    return trace
 
 
-def _missing(architecture: str, what: str) -> BackendError:
-    return BackendError(
-        f"llama.cpp's graph for {architecture} names no {what}",
-        "look shows models whose graphs use llama.cpp's common attention and layer names",
-    )
+def _listed(layers: set[int]) -> str:
+    return ", ".join(str(layer) for layer in sorted(layers))
 
 
 def _header(model: GgufModel) -> GgufHeader:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace
-from llmrun.errors import BackendError, UsageError
+from llmrun.backends.trace import Geometry, TopK, TopKAccumulator, Trace, check_window
+from llmrun.errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -117,11 +117,7 @@ def trace(model: MlxModel, ids: Sequence[int], layers: Sequence[int], top: int) 
 
     geom = geometry(model)
     n = len(ids)
-    if geom.sliding_window and n > geom.sliding_window:
-        raise UsageError(
-            f"the prompt has {n} tokens, more than this model's sliding window of {geom.sliding_window}",
-            f"look at most {geom.sliding_window} tokens at a time",
-        )
+    check_window(geom, n)
     inner, blocks, _, _ = _parts(model)
     attention_module = type(getattr(blocks[0], "self_attn", blocks[0])).__module__
     module = sys.modules[attention_module]

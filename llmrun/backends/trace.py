@@ -62,6 +62,7 @@ class Trace:
     final: TopK | None  # the model's own next-token distribution after each position, where the pass ran its head
     seconds: float = 0.0  # the forward pass with its capture
     notes: list[str] = field(default_factory=list)  # what could not be captured, and why
+    complete: bool = True  # every layer's output was captured (else the logit lens cannot be shown)
 
 
 class TopKAccumulator:
@@ -146,6 +147,18 @@ def attention_layers(layers: Sequence[int] | None, geometry: Geometry, n_tokens:
             "look at one layer (`layer`), or shorten the prompt",
         )
     return chosen
+
+
+def check_window(geometry: Geometry, n_tokens: int) -> None:
+    """A prompt within the model's sliding window, so every layer sees all of it (and, in llama.cpp's
+    cache, key cell i is position i)."""
+    from llmrun.errors import UsageError
+
+    if geometry.sliding_window and n_tokens > geometry.sliding_window:
+        raise UsageError(
+            f"the prompt has {n_tokens} tokens, more than this model's sliding window of {geometry.sliding_window}",
+            f"look at most {geometry.sliding_window} tokens at a time",
+        )
 
 
 @runtime_checkable

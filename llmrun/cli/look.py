@@ -109,6 +109,9 @@ def look(
 
     Example: llmrun look --raw --from it "The animal didn't cross the street because it was too tired"
     """
+    from functools import partial
+
+    from llmrun.backends.trace import looking
     from llmrun.cli import render
     from llmrun.engine.load import load, local
     from llmrun.engine.request import choose_template
@@ -135,8 +138,6 @@ def look(
         pieces = [piece_text(loaded, i) for i in ids]
         query = _position(pieces, from_token, "--from") if from_token is not None else None
         asked = [_neighbour_id(loaded, pieces, ids, word) for word in neighbours or ()]
-        from llmrun.backends.trace import looking
-
         geometry = looking(loaded).geometry()
         _check_range("--layer", layer, geometry.n_layer, "layers")
         _check_range("--head", head, geometry.n_head, "heads")
@@ -149,8 +150,7 @@ def look(
                 top=top,
                 neighbours_of=asked,
             )
-            words = {i: piece_text(loaded, i) for i in {int(x) for x in seen.lens_ids.flat}}
-            report = to_json(seen, lambda i: words.get(i) or piece_text(loaded, i))
+            report = to_json(seen, partial(piece_text, loaded))
     finally:
         loaded.close()
     if html is not None:

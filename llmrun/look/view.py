@@ -109,15 +109,19 @@ def look(
     trace = seeing.trace(ids, chosen, top)
     started = time.perf_counter()
     n = len(ids)
-    lens = seeing.lens(trace.hidden.reshape(-1, geometry.n_embd), top)
-    lens_ids = lens.ids.reshape(geometry.n_layer, n, top)
-    lens_probs = lens.probs.reshape(geometry.n_layer, n, top)
+    if trace.complete:
+        lens = seeing.lens(trace.hidden.reshape(-1, geometry.n_embd), top)
+        lens_ids = lens.ids.reshape(geometry.n_layer, n, top)
+        lens_probs = lens.probs.reshape(geometry.n_layer, n, top)
+    else:  # only the model's own distribution can be shown
+        lens_ids = np.zeros((geometry.n_layer, n, top), dtype=np.int64)
+        lens_probs = np.zeros((geometry.n_layer, n, top), dtype=np.float32)
     own_ids, own_probs, known = _own(model, trace, lens_ids[-1], lens_probs[-1], top)
     gap = float(np.abs(lens_probs[-1, known, 0] - own_probs[known, 0]).max(initial=0.0))
     agree = float((lens_ids[-1, known, 0] == own_ids[known, 0]).mean()) if known.any() else 1.0
-    shown = gap <= LENS_AGREEMENT and agree >= 0.9
+    shown = trace.complete and gap <= LENS_AGREEMENT and agree >= 0.9
     notes = list(trace.notes)
-    if not shown:
+    if trace.complete and not shown:
         notes.append(
             f"the logit lens of the layers before the last is not shown: applying the final norm and output head "
             f"to the last layer does not reproduce this {geometry.architecture} model's own distribution "

@@ -249,6 +249,25 @@ def test_grouped_query_heads_read_their_own_kv_head(smollm: Path) -> None:
     assert ((mine * hidden).sum(-1) / np.linalg.norm(mine, axis=-1) / np.linalg.norm(hidden, axis=-1)).min() > 0.98
 
 
+def test_a_graph_without_the_names_gets_a_note_not_a_failure(gemma: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An architecture whose graph names its tensors otherwise (or a hybrid model's layers without attention):
+    what can be shown is, and a note says what cannot."""
+    monkeypatch.setattr(gguf_look, "ATTENTION", "no_such_tensor")
+    report = look_json("--raw", "The cat sat")
+    assert report["attention_layers"] == [] and all(layer is None for layer in report["attention"])
+    assert any("no attention weights for layers 0, 1" in note for note in report["notes"])
+    assert report["lens_complete"] is True and report["lens"][0][0] is not None
+    monkeypatch.setattr(gguf_look, "ATTENTION", "kq_soft_max")
+    monkeypatch.setattr(gguf_look, "OUTPUT", "no_such_tensor")
+    report = look_json("--raw", "The cat sat")
+    assert any(note.startswith("no logit lens") for note in report["notes"])
+    assert report["lens_complete"] is False and report["lens"][0] == [None] * len(report["tokens"])
+    assert all(cell is not None for cell in report["lens"][-1])  # the model's own, from a plain pass
+    assert report["attention_layers"] == list(range(18))
+    code, out, err = invoke(["look", "--raw", "The cat sat"])
+    assert code == 0 and "no logit lens" in err and "out" in out.split("Logit lens")[1]
+
+
 @pytest.fixture(scope="module")
 def mlx_model(gemma_mlx16: Path) -> Iterator[Any]:
     from llmrun.backends.mlx import MlxBackend
