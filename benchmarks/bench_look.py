@@ -10,7 +10,8 @@ alternates, on the same loaded weights:
   through the eval callback, stopped before the output head (the lens applies it);
 
 then, once, the rest of ``look``: the logit lens (final norm + output head on every layer × position, in
-numpy over the dequantized head) and the embedding pass (norms). Medians over --rounds.
+numpy over the dequantized head) and one pass over the embedding matrix (what ``--neighbours`` costs).
+Medians over --rounds.
 
 Usage: python benchmarks/bench_look.py [--tokens 64] [--rounds 7] [--model PATH]
 """

@@ -313,6 +313,11 @@ class GgufModel:
 
         return gguf_look.lens(self, hidden, top)
 
+    def embedding(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        from llmrun.backends import gguf_look
+
+        return gguf_look.embedding(self, ids)
+
     def embedding_rows(self, chunk: int = 16384) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
         from llmrun.backends import gguf_look
 

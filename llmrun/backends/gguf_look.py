@@ -193,6 +193,11 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
         batch.close()
         ctx.close()
     notes = []
+    if outputs_missing:
+        notes.append(
+            f"no logit lens: llama.cpp's graph for {geom.architecture} names no {OUTPUT} "
+            f"for layer{'s' if len(outputs_missing) > 1 else ''} {_listed(outputs_missing)}"
+        )
     if attention_missing:
         notes.append(
             f"no attention weights for layer{'s' if len(attention_missing) > 1 else ''} {_listed(attention_missing)}: "
@@ -201,13 +206,7 @@ def trace(model: GgufModel, ids: Sequence[int], layers: Sequence[int], top: int)
         )
     kept = {layer: weights for layer, weights in attention.items() if layer not in attention_missing}
     seconds = time.perf_counter() - started
-    trace = Trace(tuple(ids), geom, kept, hidden, None, seconds, notes, complete=not outputs_missing)
-    if outputs_missing:
-        notes.append(
-            f"no logit lens: llama.cpp's graph for {geom.architecture} names no {OUTPUT} "
-            f"for layer{'s' if len(outputs_missing) > 1 else ''} {_listed(outputs_missing)}"
-        )
-    return trace
+    return Trace(tuple(ids), geom, kept, hidden, None, seconds, notes, complete=not outputs_missing)
 
 
 def _listed(layers: set[int]) -> str:
@@ -226,33 +225,55 @@ def _tensor(header: GgufHeader, *names: str) -> TensorInfo | None:
     return next((by_name[name] for name in names if name in by_name), None)
 
 
-def tensor_rows(header: GgufHeader, info: TensorInfo, chunk: int) -> Iterator[tuple[int, F32]]:
-    """A 2-D tensor of the file dequantized to float32, ``chunk`` rows at a time."""
+def _raw_rows(header: GgufHeader, info: TensorInfo) -> Any:
+    """A 2-D tensor of the file as stored: (rows, bytes a row), memory-mapped."""
+    import numpy as np
+
+    rows = int(info.shape[1]) if len(info.shape) > 1 else 1
+    offset = header.data_offset + info.offset
+    data = np.memmap(header.path, dtype=np.uint8, mode="r", offset=offset, shape=(info.nbytes,))
+    return data.reshape(rows, info.nbytes // rows)
+
+
+def _dequantized(info: TensorInfo, raw: Any) -> F32:
+    """Stored rows of ``info`` as float32 (rows, width)."""
     import numpy as np
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    width, rows = int(info.shape[0]), int(info.shape[1]) if len(info.shape) > 1 else 1
-    offset = header.data_offset + info.offset
-    data = np.memmap(header.path, dtype=np.uint8, mode="r", offset=offset, shape=(info.nbytes,))
-    per_row = info.nbytes // rows
-    raw = data.reshape(rows, per_row)
-    for start in range(0, rows, chunk):
-        try:
-            values = dequantize(raw[start : start + chunk], GGMLQuantizationType(info.type_id))
-        except (NotImplementedError, ValueError) as exc:
-            raise BackendError(
-                f"{info.name} is stored as {info.type_name}, which gguf-py cannot dequantize ({exc})",
-                "look at a model quantized with a common type (Q4_K, Q8_0, F16)",
-            ) from exc
-        yield start, np.asarray(values, dtype=np.float32).reshape(-1, width)
+    try:
+        values = dequantize(raw, GGMLQuantizationType(info.type_id))
+    except (NotImplementedError, ValueError) as exc:
+        raise BackendError(
+            f"{info.name} is stored as {info.type_name}, which gguf-py cannot dequantize ({exc})",
+            "look at a model quantized with a common type (Q4_K, Q8_0, F16)",
+        ) from exc
+    result: F32 = np.asarray(values, dtype=np.float32).reshape(raw.shape[0], int(info.shape[0]))
+    return result
 
 
-def embedding_rows(model: GgufModel, chunk: int = 16384) -> Iterator[tuple[int, F32]]:
+def tensor_rows(header: GgufHeader, info: TensorInfo, chunk: int) -> Iterator[tuple[int, F32]]:
+    """A 2-D tensor of the file dequantized to float32, ``chunk`` rows at a time."""
+    raw = _raw_rows(header, info)
+    for start in range(0, raw.shape[0], chunk):
+        yield start, _dequantized(info, raw[start : start + chunk])
+
+
+def _embedding_tensor(model: GgufModel) -> tuple[GgufHeader, TensorInfo]:
     header = _header(model)
     info = _tensor(header, "token_embd.weight")
     if info is None:
         raise BackendError(f"{model.path.name} has no token_embd.weight", "look needs a token embedding matrix")
+    return header, info
+
+
+def embedding(model: GgufModel, ids: Sequence[int]) -> F32:
+    header, info = _embedding_tensor(model)
+    return _dequantized(info, _raw_rows(header, info)[list(ids)])
+
+
+def embedding_rows(model: GgufModel, chunk: int = 16384) -> Iterator[tuple[int, F32]]:
+    header, info = _embedding_tensor(model)
     yield from tensor_rows(header, info, chunk)
 
 

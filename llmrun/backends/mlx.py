@@ -371,6 +371,11 @@ class MlxModel:
 
         return mlx_look.lens(self, hidden, top)
 
+    def embedding(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        from llmrun.backends import mlx_look
+
+        return mlx_look.embedding(self, ids)
+
     def embedding_rows(self, chunk: int = 16384) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
         from llmrun.backends import mlx_look
 

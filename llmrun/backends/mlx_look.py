@@ -164,6 +164,14 @@ def lens(model: MlxModel, hidden: F32, top: int, rows: int = 64) -> TopK:
     return TopK(np.concatenate([p.ids for p in parts]), np.concatenate([p.probs for p in parts]))
 
 
+def embedding(model: MlxModel, ids: Sequence[int]) -> F32:
+    import mlx.core as mx
+    import numpy as np
+
+    rows = _parts(model)[0].embed_tokens(mx.array(list(ids)))
+    return np.array(rows.astype(mx.float32), dtype=np.float32)
+
+
 def embedding_rows(model: MlxModel, chunk: int = 16384) -> Iterator[tuple[int, F32]]:
     import mlx.core as mx
     import numpy as np

@@ -39,9 +39,6 @@ class Geometry:
     rope: str  # "neox", "norm", … ; "" when positions do not enter by rotation
     rope_base: float
 
-    def kv_head(self, head: int) -> int:
-        return head // max(1, self.n_head // max(1, self.n_head_kv))
-
 
 @dataclass(frozen=True, slots=True)
 class TopK:
@@ -174,6 +171,10 @@ class Looks(Protocol):
 
     def lens(self, hidden: F32, top: int) -> TopK:
         """The final norm and the output head applied to residual rows (rows, n_embd): the logit lens."""
+        ...
+
+    def embedding(self, ids: Sequence[int]) -> F32:
+        """The token embedding matrix's rows for ``ids`` (len(ids), n_embd)."""
         ...
 
     def embedding_rows(self, chunk: int = 16384) -> Iterator[tuple[int, F32]]:

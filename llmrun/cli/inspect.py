@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -10,12 +10,27 @@ from llmrun.cli import options as o
 from llmrun.cli.run import plan, read_prompt
 from llmrun.errors import UsageError
 
+if TYPE_CHECKING:
+    from llmrun.engine.plan import RunPlan
+
 
 def _text_or_error(argument: str | None, command: str) -> str:
     text = read_prompt(argument)
     if not text:
         raise UsageError("no text given", f'pass it as an argument (llmrun {command} "Hello") or pipe it on stdin')
     return text
+
+
+def local_plan(
+    model: str | None, sampling: dict[str, Any], load_flags: dict[str, Any], force: bool, backend: str
+) -> RunPlan:
+    """A plan for a model loaded here: a remote engine has no logits or tensors to show, and says so."""
+    run_plan = plan(model, sampling, load_flags, force, backend)
+    if run_plan.backend == "remote":
+        from llmrun.engine.plan import remote_refusal
+
+        raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
+    return run_plan
 
 
 def tokenize(
@@ -105,11 +120,7 @@ def next_token(
 
     text = _text_or_error(prompt, "next")
     flags = o.sampling_values(locals())
-    run_plan = plan(model, flags, o.load_values(ctx, threads, None), force, backend)
-    if run_plan.backend == "remote":
-        from llmrun.engine.plan import remote_refusal
-
-        raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
+    run_plan = local_plan(model, flags, o.load_values(ctx, threads, None), force, backend)
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = local(load(run_plan), "show its next-token distribution")  # refused above: never remote
         try:

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from llmrun.cli import options as o
-from llmrun.cli.inspect import _text_or_error
-from llmrun.cli.run import plan
+from llmrun.cli.inspect import _text_or_error, local_plan
 from llmrun.errors import UsageError
 
 if TYPE_CHECKING:
@@ -125,11 +124,7 @@ def look(
     text = _text_or_error(prompt, "look")
     if html is not None:
         _check_output(html)
-    run_plan = plan(model, {}, o.load_values(ctx, threads, None), force, backend)
-    if run_plan.backend == "remote":
-        from llmrun.engine.plan import remote_refusal
-
-        raise remote_refusal(run_plan.model.name, [e.url for e in run_plan.endpoints])
+    run_plan = local_plan(model, {}, o.load_values(ctx, threads, None), force, backend)
     with render.status(f"Loading {run_plan.model.name}…"):
         loaded = local(load(run_plan), "show what happens inside its forward pass")
     try:

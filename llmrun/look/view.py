@@ -55,14 +55,10 @@ class Look:
     lens_ids: npt.NDArray[np.int64]  # (layers, positions, k); the last layer is the model's own distribution
     lens_probs: F32
     lens_shown: bool  # False: only the last layer (the model's own) is shown
-    lens_gap: float  # the lens's recomputed last layer against the model's own top probability
     neighbours: dict[int, list[Neighbour]] = field(default_factory=dict)  # token id → its nearest tokens
     own_known: npt.NDArray[np.bool_] | None = None  # positions whose last-layer cell is the model's own (None: all)
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-    def text(self, token_id: int) -> str:
-        return next((t.text for t in self.tokens if t.id == token_id), "")
 
 
 def piece_text(model: LoadedModel, token_id: int) -> str:
@@ -140,7 +136,6 @@ def look(
         lens_ids,
         lens_probs,
         shown,
-        gap,
         near,
         known,
         {"capture": trace.seconds, "lens": lens_seconds, "embeddings": time.perf_counter() - started},
@@ -175,19 +170,14 @@ def _embeddings(
     seeing: Looks, ids: Sequence[int], queries: Sequence[int], k: int, model: LoadedModel
 ) -> tuple[list[float], dict[int, list[Neighbour]]]:
     """Each prompt token's embedding norm and, for each query token, its ``k`` nearest tokens by cosine
-    (control tokens left out): one pass over the embedding matrix, two with neighbours."""
+    (control tokens left out): the prompt's rows alone, and one pass over the embedding matrix with neighbours."""
     import numpy as np
 
-    wanted = set(ids) | set(queries)
-    rows: dict[int, F32] = {}
-    for start, chunk in seeing.embedding_rows():
-        for token_id in wanted:
-            if start <= token_id < start + chunk.shape[0]:
-                rows[token_id] = chunk[token_id - start].astype(np.float32)
-    norms = [float(np.linalg.norm(rows[i])) for i in ids]
+    norms = [float(n) for n in np.linalg.norm(seeing.embedding(ids), axis=1)]
     if not queries:
         return norms, {}
-    targets = np.stack([rows[q] / max(float(np.linalg.norm(rows[q])), 1e-12) for q in queries])
+    wanted = seeing.embedding(queries)
+    targets = wanted / np.maximum(np.linalg.norm(wanted, axis=1, keepdims=True), 1e-12)
     scores: list[F32] = []
     for _, chunk in seeing.embedding_rows():
         lengths = np.maximum(np.linalg.norm(chunk, axis=1), 1e-12)

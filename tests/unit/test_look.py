@@ -115,7 +115,7 @@ def synthetic(n: int = 3) -> Look:
     ids = rng.integers(0, 50, size=(2, n, 2))
     probs = np.sort(rng.random((2, n, 2)).astype(np.float32), axis=-1)[..., ::-1] / 2
     tokens = [Token(i, 10 + i, t, 1.0) for i, t in enumerate(["<bos>", "a</script><b", " it"][:n])]
-    return Look("m", tokens, GEOMETRY, attention, ids, probs, True, 0.01, {11: [Neighbour(12, "b", 0.5)]})
+    return Look("m", tokens, GEOMETRY, attention, ids, probs, True, {11: [Neighbour(12, "b", 0.5)]})
 
 
 def test_the_json_shape() -> None:
