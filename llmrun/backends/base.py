@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
 from llmrun.decoding.sampling import SamplingParams
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from llmrun.formats.kv_store import KvStore
     from llmrun.structured.grammar import Constraint
 
 KvType = Literal["f16", "q8_0", "q4_0"]
+KeepPoint = Literal["prompt", "answer"]  # where a generation's cells are kept in the KV store
 KV_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 
 
@@ -146,6 +148,23 @@ class Speculates(Protocol):
 
     def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode as ``draft`` says from now on (``draft_model``: the model that drafts, loaded)."""
+        ...
+
+
+@runtime_checkable
+class KeepsKv(Protocol):
+    """KV cells kept on disk (the KV store): a prompt that starts with a kept prefix skips its prefill,
+    and what a generation evaluated is kept for the next process."""
+
+    def kv_settings(self) -> dict[str, Any]:
+        """What, besides the model file, decides the cells' bytes (the store's key)."""
+        ...
+
+    def use_kv_store(self, store: KvStore | None) -> None: ...
+
+    def keep_at(self, point: KeepPoint) -> None:
+        """What the next generations keep: their prompt (it may come again, or another question after the same
+        document), or their prompt and answer (a conversation goes on from there)."""
         ...
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import time
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import LoadParams
+from llmrun.backends.base import KeepPoint, LoadParams
 from llmrun.backends.llama_parts import _masker, sampler_kwargs
 from llmrun.decoding.assembler import assemble, score
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
@@ -28,9 +29,10 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
+    from llmrun.backends.base import Evaluates, GeneratesBatch, KeepsKv, LoadedModel, Logits, Speculates
     from llmrun.backends.gguf_spec import ModelDrafter
     from llmrun.backends.trace import Geometry, Looks, TopK, Trace
+    from llmrun.formats.kv_store import KvStore
     from llmrun.structured.grammar import Constrains, Constraint
 
 
@@ -99,6 +101,8 @@ class GgufModel:
         self._grammar_tokenizer: Any = None
         self.draft = Draft()  # speculative decoding (see use_draft)
         self.draft_model_drafter: ModelDrafter | None = None
+        self.kv_store: KvStore | None = None  # KV cells kept on disk (see use_kv_store)
+        self.kv_point: KeepPoint = "prompt"
 
     def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
@@ -118,6 +122,63 @@ class GgufModel:
         if draft.mode == "model" and self.draft_model_drafter is None:
             raise UsageError(f"draft model {draft.model} is not loaded", "pass it with `draft`")
         self.draft = draft
+
+    # --- the KV store (llmrun.backends.gguf_state) -----------------------------------
+    def kv_settings(self) -> dict[str, Any]:
+        from llmrun.backends.gguf_state import kv_settings
+
+        params = self.llama.context_params
+        return kv_settings(self.load_params, bool(params.flash_attn_type == 1), bool(params.swa_full))
+
+    def use_kv_store(self, store: KvStore | None) -> None:
+        """Keep what generations evaluate in ``store`` and start prompts from it (None: stop). A sliding-window
+        cache saves only the window, so its kept prefixes are used whole (``KvStore.whole``)."""
+        if store is not None:
+            store.whole = int(self._lib.llama_model_n_swa(self.llama._model.model)) > 0
+        self.kv_store = store
+
+    def keep_at(self, point: KeepPoint) -> None:
+        self.kv_point = point
+
+    def _start_from_store(self, ids: Sequence[int]) -> int:
+        """Fill the cells from the KV store when it holds more of ``ids`` than they do, and keep the prompt's
+        boundaries it wants (where it leaves a kept prefix, its last token, each evaluated and kept); how many
+        prompt tokens were spared (llama-cpp-python's ``generate`` finds the prefix the cells hold)."""
+        from llmrun.backends.gguf_state import restore_into, seq_state
+        from llmrun.decoding.tokens import reusable
+
+        llama = self.llama
+        held = reusable(list(llama.input_ids[: llama.n_tokens]), ids) if llama.n_tokens else 0
+        store = self.kv_store
+        if store is None:
+            return held
+        restored = restore_into(store, llama._ctx.ctx, 0, ids, held)
+        if restored is not None:
+            tokens, held = restored
+            llama.input_ids[: len(tokens)] = tokens
+            llama.n_tokens = len(tokens)
+            llama._requires_eval = True
+        spared = held
+        if self.kv_point != "prompt" or len(ids) >= self.n_ctx:
+            return spared
+        for point in (store.branch(ids), len(ids) - 1):
+            if point > held and store.wanted(ids[:point]):
+                llama._ctx.kv_cache_seq_rm(-1, held, -1)
+                llama.n_tokens = held
+                llama.eval(list(ids[held:point]))
+                store.save(ids[:point], seq_state(llama._ctx.ctx, 0))
+                held = point
+        return spared
+
+    def _keep_answer(self) -> None:
+        """Keep the cells a conversation's turn left (its prompt and answer), replacing the turn before."""
+        if self.kv_store is None or self.kv_point != "answer" or not self.llama.n_tokens:
+            return
+        tokens = [int(t) for t in self.llama.input_ids[: self.llama.n_tokens]]
+        if self.kv_store.wanted(tokens):
+            from llmrun.backends.gguf_state import seq_state
+
+            self.kv_store.save(tokens, seq_state(self.llama._ctx.ctx, 0), replace_shorter=True)
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -188,6 +249,8 @@ class GgufModel:
                 constraint=constraint,
             )
             return
+        started = time.perf_counter()
+        cached = self._start_from_store(ids)
         seed = params.run_seed()
         self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
@@ -204,8 +267,11 @@ class GgufModel:
             params=params,
             seed=seed,
             score=self._scorer(logprobs) if logprobs > 0 else None,
+            cached_tokens=cached,
             constraint=constraint,
+            started=started,
         )
+        self._keep_answer()
 
     def grammar_tokenizer(self) -> Any:
         """The vocabulary as llguidance reads it (control tokens marked special; every end-of-generation
@@ -375,5 +441,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: GgufModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks]:
-        return model, model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv]:
+        return model, model, model, model, model, model, model, model

@@ -16,6 +16,12 @@ other batches round differently from a fresh evaluation (log-probabilities move 
 to about 0.3 on the packaged Gemma), so a greedy answer can part from the uncached one
 at a near-tie, as it can with batching. With a sliding-window cache the kept cells must
 still cover the window before the first new token, else the prompt is evaluated whole.
+
+With the model's KV store (:mod:`llmrun.formats.kv_store`) a slot also starts from a prefix kept on
+disk when that spares more than its own cells, and cells about to be overwritten (or left when the
+decoder closes: the server stopping) are kept there first, so a conversation comes back after a
+restart. ``generate`` (the batch command) evaluates the prefix every request shares once — or takes
+it from the store — and copies its cells into every sequence before the first request starts.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
 from llmrun.decoding.speculative import Gate, PromptLookup
 from llmrun.decoding.tokens import common_prefix, reusable
 from llmrun.errors import LlmrunError
+from llmrun.formats.kv_store import MIN_REUSE
 from llmrun.formats.memory import N_BATCH
 
 
@@ -66,10 +73,12 @@ def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
 def generate(
     model: LlamaModel, requests: Iterable[BatchRequest], parallel: int, n_ctx_seq: int
 ) -> Generator[BatchOutcome, None, None]:
-    """Outcomes as sequences finish (not in request order)."""
-    decoder = BatchDecoder(model, parallel, n_ctx_seq)
+    """Outcomes as sequences finish (not in request order); the prefix all requests share is evaluated once."""
     queue = deque(requests)
+    shared = shared_prefix([request.ids for request in queue])
+    decoder = BatchDecoder(model, parallel, n_ctx_seq)
     try:
+        decoder.share(shared)
         while queue or decoder.active:
             while queue and decoder.free:
                 request = queue.popleft()
@@ -83,6 +92,18 @@ def generate(
                     yield BatchOutcome(index, event)
     finally:
         decoder.close()
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> list[int]:
+    """The tokens every prompt starts with, less each one's last (evaluated for its logits), when there
+    are two prompts or more and it is long enough to be worth sharing; else none."""
+    if len(prompts) < 2:
+        return []
+    first = prompts[0]
+    n = min(len(first), *(len(ids) - 1 for ids in prompts))
+    for ids in prompts[1:]:
+        n = min(n, common_prefix(first, ids))
+    return list(first[:n]) if n >= MIN_REUSE else []
 
 
 class BatchDecoder:
@@ -116,6 +137,8 @@ class BatchDecoder:
         self._n_vocab = int(model.llama.n_vocab())
         self._n_swa = int(llama_cpp.llama_model_n_swa(model.llama._model.model))
         self.reuse_prefix = reuse_prefix
+        self._store = model.kv_store if not self._n_swa or params.swa_full else None
+        self._spills = reuse_prefix  # the server's slots: cells about to go are kept in the store first
         # speculative decoding: each sequence drafts by prompt lookup (a draft model drafts for one
         # sequence at a time: requests that are batched do not use it)
         self._draft = model.draft if model.draft.mode in ("ngram", "auto") else None
@@ -159,10 +182,20 @@ class BatchDecoder:
         return max(free, key=lambda seq: (common_prefix(self._kept[seq], ids), -len(self._kept[seq])))
 
     def _keep(self, seq: int, ids: Sequence[int]) -> int:
-        """Drop the cells of ``seq`` past what ``ids`` can reuse; how many positions are kept."""
+        """Drop the cells of ``seq`` past what ``ids`` can reuse (kept in the KV store first, when it wants
+        them), or take a longer prefix from the store; how many positions are kept."""
         import llama_cpp
 
         kept = reusable(self._kept[seq], ids) if self.reuse_prefix else 0
+        if kept < len(self._kept[seq]):
+            self._spill(seq)
+        if self._store is not None:
+            from llmrun.backends.gguf_state import restore_into
+
+            restored = restore_into(self._store, self._ctx.ctx, seq, ids, kept)
+            if restored is not None:
+                self._kept[seq][:] = restored[0]
+                kept = restored[1]
         if kept and not self._ctx.kv_cache_seq_rm(seq, kept, -1):
             kept = 0  # a memory that cannot drop a tail (recurrent models)
         if kept:
@@ -172,6 +205,45 @@ class BatchDecoder:
             self._ctx.kv_cache_seq_rm(seq, -1, -1)
         del self._kept[seq][kept:]
         return kept
+
+    def _spill(self, seq: int) -> None:
+        """Keep the cells of ``seq`` in the KV store (when it wants them) before they are overwritten."""
+        if self._spills and self._store is not None and self._kept[seq] and self._store.wanted(self._kept[seq]):
+            from llmrun.backends.gguf_state import seq_state
+
+            self._store.save(self._kept[seq], seq_state(self._ctx.ctx, seq), replace_shorter=True)
+
+    def share(self, prefix: Sequence[int]) -> None:
+        """Put the cells of ``prefix`` in every sequence before any request is admitted: taken from the KV
+        store as far as it holds them, the rest evaluated once (and kept in the store when it wants it).
+        The sequences then reuse what they keep, like the server's slots."""
+        if self.active or not prefix or len(prefix) >= self.n_ctx_seq:
+            return
+        held = 0
+        if self._store is not None:
+            from llmrun.backends.gguf_state import restore_into
+
+            # the prefix is not a whole prompt: every token of it may come from the store
+            restored = restore_into(self._store, self._ctx.ctx, 0, [*prefix, -1], 0)
+            if restored is not None:
+                held = restored[1]
+                self._ctx.kv_cache_seq_rm(0, held, -1)
+        for start in range(held, len(prefix), N_BATCH):
+            chunk = prefix[start : start + N_BATCH]
+            for offset, token in enumerate(chunk):
+                _put(self._batch.batch, offset, token, start + offset, 0, False)
+            self._batch.batch.n_tokens = len(chunk)
+            self._ctx.decode(self._batch)
+        self._kept[0][:] = prefix
+        if held < len(prefix) and self._store is not None and self._store.wanted(prefix):
+            from llmrun.backends.gguf_state import seq_state
+
+            self._store.save(prefix, seq_state(self._ctx.ctx, 0))
+        for seq in range(1, len(self._slots)):
+            self._ctx.kv_cache_seq_rm(seq, -1, -1)
+            self._ctx.kv_cache_seq_cp(0, seq, -1, -1)
+            self._kept[seq][:] = prefix
+        self.reuse_prefix = True
 
     def step(self) -> list[tuple[int, Token | Done]]:
         """One forward pass: each sequence's next token (when it shows text) and the Done of each that ended."""
@@ -255,9 +327,11 @@ class BatchDecoder:
         return None
 
     def close(self) -> None:
-        for slot in self._slots:
+        for seq, slot in enumerate(self._slots):
             if slot is not None:
                 _free(slot)
+            elif self.reuse_prefix:
+                self._spill(seq)
         self._slots = [None] * len(self._slots)
         self._kept = [[] for _ in self._slots]
         self._batch.close()

@@ -12,6 +12,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.speculative import Draft, Drafter
 
 if TYPE_CHECKING:
+    from llmrun.formats.kv_store import KvStore
     from llmrun.structured.grammar import Constraint
 
 
@@ -33,6 +34,9 @@ class LlamaModel(Protocol):
 
     @property
     def draft_model_drafter(self) -> Drafter | None: ...
+
+    @property
+    def kv_store(self) -> KvStore | None: ...
 
     def piece(self, token_id: int, special: bool = False) -> bytes: ...
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmrun.backends.base import LoadParams
+from llmrun.backends.base import KeepPoint, LoadParams
 from llmrun.backends.mlx_parts import PREFILL_STEP, make_processors, make_sampler
 from llmrun.decoding.assembler import assemble, score, token_budget
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.backends.base import Evaluates, GeneratesBatch, LoadedModel, Logits, Speculates
+    from llmrun.backends.base import Evaluates, GeneratesBatch, KeepsKv, LoadedModel, Logits, Speculates
     from llmrun.backends.trace import Geometry, Looks, TopK, Trace
+    from llmrun.formats.kv_store import KvStore
     from llmrun.structured.grammar import Constrains, Constraint
 
 KV_BITS = {"f16": None, "q8_0": 8, "q4_0": 4}
@@ -74,6 +76,8 @@ class MlxModel:
         self._cache: list[Any] | None = None
         self._held: list[int] = []  # the tokens the cache holds, in order
         self.reused = 0  # prompt tokens the last stream took from the cache instead of evaluating
+        self.kv_store: KvStore | None = None  # caches kept on disk (see use_kv_store)
+        self.kv_point: KeepPoint = "prompt"
         self._grammar_tokenizer: Any = None
         self.draft = Draft()  # speculative decoding (see use_draft)
         self._draft_model: MlxModel | None = None
@@ -193,6 +197,63 @@ class MlxModel:
                 cache[i] = QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=bits)
         return cache
 
+    # --- the KV store (mlx-lm's prompt-cache files as the payload) ------------------
+    def kv_settings(self) -> dict[str, Any]:
+        from importlib.metadata import version
+
+        return {
+            "backend": "mlx",
+            "engine": f"mlx-lm {version('mlx-lm')}",
+            "kv_type": self.load_params.kv_type,
+            "max_kv_size": self.load_params.max_kv_size,
+        }
+
+    def use_kv_store(self, store: KvStore | None) -> None:
+        """Keep what generations evaluate in ``store`` and start prompts from it (None: stop). A rotating cache
+        (a sliding window, ``max_kv_size``) cannot be cut back, so its kept prefixes are used whole."""
+        if store is not None:
+            store.whole = any(type(layer).__name__ == "RotatingKVCache" for layer in self._new_cache())
+        self.kv_store = store
+
+    def keep_at(self, point: KeepPoint) -> None:
+        self.kv_point = point
+
+    def _start_from_store(self, ids: Sequence[int]) -> int:
+        """Take the cache from the KV store when it holds more of ``ids`` than this one, cut it to what ``ids``
+        reuses, and keep the prompt's boundaries the store wants (where it leaves a kept prefix, its last
+        token, each evaluated and kept); how many prompt tokens were spared."""
+        import mlx.core as mx
+
+        from llmrun.backends.mlx_parts import cache_from_bytes, cache_to_bytes
+
+        store = self.kv_store
+        if store is not None:
+            found = store.lookup(ids, better_than=reusable(self._held, ids) if self._cache is not None else 0)
+            payload = store.load(found[0]) if found is not None else None
+            cache = cache_from_bytes(payload) if payload is not None else None
+            if found is not None and cache is not None and len(cache) == len(self._new_cache()):
+                self._cache, self._held = cache, list(found[0].tokens)
+        held = spared = self._prepare(ids)
+        if store is None or self.kv_point != "prompt" or len(ids) >= self.n_ctx:
+            return spared
+        for point in (store.branch(ids), len(ids) - 1):
+            if point > held and store.wanted(ids[:point]):
+                for out in self._forward(ids[held:point]):
+                    mx.eval(out)
+                store.save(ids[:point], cache_to_bytes(self._cache or []))
+                held = point
+        return spared
+
+    def _keep_answer(self) -> None:
+        """Keep the cache a conversation's turn left (its prompt and answer), replacing the turn before."""
+        if self.kv_store is None or self.kv_point != "answer" or self._cache is None:
+            return
+        from llmrun.backends.mlx_parts import cache_to_bytes
+
+        tokens = self._held[: self._cache[0].offset]
+        if self.kv_store.wanted(tokens):
+            self.kv_store.save(tokens, cache_to_bytes(self._cache), replace_shorter=True)
+
     def _prepare(self, ids: Sequence[int]) -> int:
         """Reuse the cached prefix of ``ids``; returns how many leading tokens are already in the cache."""
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
@@ -236,7 +297,8 @@ class MlxModel:
         if self.draft.on and self._draft_model is not None:
             yield from self._speculative(ids, params, seed, logprobs, constraint)
             return
-        start = self.reused = self._prepare(ids)
+        started = time.perf_counter()
+        start = self.reused = self._start_from_store(ids)
         suffix = ids[start:]
         last: dict[str, Any] = {}
 
@@ -270,7 +332,9 @@ class MlxModel:
             score=self._scorer(last, logprobs) if logprobs > 0 else None,
             cached_tokens=start,
             constraint=constraint,
+            started=started,
         )
+        self._keep_answer()
 
     def _speculative(
         self, ids: list[int], params: SamplingParams, seed: int | None, logprobs: int, constraint: Constraint | None
@@ -491,5 +555,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: MlxModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks]:
-        return model, model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv]:
+        return model, model, model, model, model, model, model, model

@@ -95,3 +95,36 @@ class MlxSequenceModel(Protocol):
     def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
 
     def is_end(self, token_id: int) -> bool: ...
+
+
+def cache_to_bytes(cache: list[Any]) -> bytes:
+    """mlx-lm's prompt cache as the bytes of its own file format (``save_prompt_cache``: safetensors
+    with each layer's class and state; a quantized cache stays quantized)."""
+    import tempfile
+    from pathlib import Path
+
+    from mlx_lm.models.cache import save_prompt_cache
+
+    with tempfile.TemporaryDirectory(prefix="llmrun-kv-") as folder:
+        path = Path(folder) / "cache.safetensors"
+        save_prompt_cache(str(path), cache)
+        return path.read_bytes()
+
+
+def cache_from_bytes(payload: bytes) -> list[Any] | None:
+    """The prompt cache :func:`cache_to_bytes` wrote; None when mlx-lm cannot read it."""
+    import tempfile
+    from pathlib import Path
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import load_prompt_cache
+
+    with tempfile.TemporaryDirectory(prefix="llmrun-kv-") as folder:
+        path = Path(folder) / "cache.safetensors"
+        path.write_bytes(payload)
+        try:
+            cache: list[Any] = load_prompt_cache(str(path))  # type: ignore[no-untyped-call]
+            mx.eval([layer.state for layer in cache])  # read now: the file goes with the folder
+        except Exception:  # whatever mlx-lm raises on a file it cannot read
+            return None
+        return cache

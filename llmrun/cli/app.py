@@ -152,7 +152,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Check this machine: platform, Python, llama.cpp and MLX builds, GPU offload, memory, disk, paths.",
     ),
 }
-GROUPS = {"index": ("index", "Index local documents for answers grounded in them (llmrun run --rag NAME).")}
+GROUPS = {
+    "index": ("index", "Index local documents for answers grounded in them (llmrun run --rag NAME)."),
+    "cache": ("cache", "The KV store: prompt prefixes kept on disk so later runs skip their prefill (ls, rm, clear)."),
+}
 _registered: set[str] = set()
 
 

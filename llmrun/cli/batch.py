@@ -76,6 +76,8 @@ def batch(
     threads: o.ThreadsOpt = None,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
+    kv_cache_size: o.KvCacheSizeOpt = None,
+    no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
     answer_format: o.FormatOpt = None,
     schema: o.SchemaOpt = None,
@@ -137,6 +139,7 @@ def batch(
         context_cap=BATCH_CONTEXT,
         draft=batch_draft(draft, draft_tokens),
         endpoints=endpoint or (),
+        kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
     if run_plan.backend != "remote":
         parallel = parallel or LOCAL_PARALLEL

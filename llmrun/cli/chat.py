@@ -69,6 +69,8 @@ def chat(
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
+    kv_cache_size: o.KvCacheSizeOpt = None,
+    no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
     answer_format: o.FormatOpt = None,
     schema: o.SchemaOpt = None,
@@ -100,7 +102,14 @@ def chat(
     model = model or (None if endpoint else chat_default())
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote)
     run_plan = plan(
-        model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens), endpoints=endpoint or ()
+        model,
+        flags,
+        load_flags,
+        force,
+        backend,
+        draft=o.draft_choice(draft, draft_tokens),
+        endpoints=endpoint or (),
+        kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
     if run_plan.backend == "remote" and rag:
         raise UsageError(

@@ -271,6 +271,45 @@ def draft_choice(draft: str | None, draft_tokens: int | None) -> Draft | None:
     return Draft.parse(draft, draft_tokens)
 
 
+KvCacheSizeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-size",
+        help="The KV store on disk: a prompt that starts like an earlier one (the same document, system "
+        "prompt or conversation) skips that part's prefill. Its size for every model, least recently used "
+        "going first (`llmrun cache ls`). Default: $LLMRUN_KV_CACHE_SIZE, else 4G; 0 = off.",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
+]
+NoKvCacheOpt = Annotated[
+    bool,
+    typer.Option("--no-kv-cache", help="Neither read nor keep KV cells on disk.", rich_help_panel=LOADING),
+]
+
+
+def kv_cache_choice(size: str | None, off: bool) -> tuple[int | None, str]:
+    """The KV store's limit in bytes (None: off) and where it came from."""
+    import os
+
+    from llmrun.formats.kv_store import DEFAULT_LIMIT
+    from llmrun.units import parse_size
+
+    if off:
+        if size is not None:
+            raise UsageError("--no-kv-cache and --kv-cache-size say different things", "give one of them")
+        return None, "command line"
+    if size is not None:
+        return parse_size(size) or None, "command line"
+    env = os.environ.get("LLMRUN_KV_CACHE_SIZE")
+    if env:
+        try:
+            return parse_size(env) or None, "LLMRUN_KV_CACHE_SIZE"
+        except UsageError as exc:
+            raise UsageError(f"LLMRUN_KV_CACHE_SIZE: {exc.message}", exc.hint) from None
+    return DEFAULT_LIMIT, "default"
+
+
 ForceOpt = Annotated[
     bool,
     typer.Option(

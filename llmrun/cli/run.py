@@ -79,6 +79,8 @@ def run(
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
+    kv_cache_size: o.KvCacheSizeOpt = None,
+    no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
     stats: o.StatsOpt = False,
     json_output: o.JsonOpt = False,
@@ -148,7 +150,14 @@ def run(
         raise UsageError("--show-context goes with --rag", "add --rag COLLECTION")
     load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote)
     run_plan = plan(
-        model, flags, load_flags, force, backend, draft=o.draft_choice(draft, draft_tokens), endpoints=endpoint or ()
+        model,
+        flags,
+        load_flags,
+        force,
+        backend,
+        draft=o.draft_choice(draft, draft_tokens),
+        endpoints=endpoint or (),
+        kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
     if run_plan.backend == "remote" and show_prompt:
         raise UsageError("--show-prompt shows a local model's prompt; a remote engine renders its own", "drop it")
@@ -179,6 +188,7 @@ def plan(
     context_cap: int | None = None,
     draft: Draft | None = None,
     endpoints: Sequence[str] = (),
+    kv_cache: tuple[int | None, str] = (None, "default"),
 ) -> RunPlan:
     """Plan a run behind a spinner; warnings shown (bad values reach the error table, worded for their flags)."""
     from llmrun.cli import bars, render
@@ -202,6 +212,7 @@ def plan(
             context_cap=context_cap,
             draft=draft,
             endpoints=endpoints,
+            kv_cache=kv_cache,
         )
     for warning in run_plan.warnings:
         render.warn(warning)

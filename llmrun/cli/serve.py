@@ -130,6 +130,8 @@ def serve(
     ] = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
+    kv_cache_size: o.KvCacheSizeOpt = None,
+    no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
 ) -> None:
     """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).
@@ -172,6 +174,7 @@ def serve(
         cache_prompts=not no_prompt_cache,
         template=o.template_choice(template),
         draft=o.draft_choice(draft, draft_tokens),
+        kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)

@@ -59,7 +59,7 @@ class Turn:
 class TurnReport:
     stats: GenerationStats | None  # None when interrupted
     prompt_tokens: int
-    cached_tokens: int  # prompt tokens already in the KV cache from earlier turns
+    cached_tokens: int  # prompt tokens already in the KV cache (from earlier turns, or the KV store on disk)
     dropped_turns: int
     interrupted: bool
 
@@ -215,6 +215,7 @@ class ChatSession:
             self._cached = ids + generated
             stats = result.stats() if result is not None else None
             prompt_tokens = len(ids) if prepared is not None else (stats.prompt_tokens if stats else 0)
+            cached = stats.cached_tokens if stats is not None else cached  # the backend's count: the KV store's too
             self.last = TurnReport(stats, prompt_tokens, cached, dropped, result is None)
 
     # --- settings ---------------------------------------------------------------

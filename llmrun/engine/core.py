@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import batching
+from llmrun.backends.base import KeepsKv, batching
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.load import Loaded, load
@@ -158,6 +158,8 @@ def generate(
         return
     prepared = prepared or request_ids(model, templates, request)
     constraint = request_constraint(model, templates, request)
+    if isinstance(model, KeepsKv):  # a conversation goes on from its answer; a prompt may come again
+        model.keep_at("answer" if request.messages else "prompt")
     splitter = Splitter(prepared.thinking)
     logprobs: list[TokenLogprob] = []
     done: Done | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmrun import backends
-from llmrun.backends.base import LoadedModel, LoadParams, Speculates
+from llmrun.backends.base import KeepsKv, LoadedModel, LoadParams, Speculates
 from llmrun.decoding.speculative import Draft
 from llmrun.engine.plan import RunPlan
 from llmrun.errors import InsufficientMemory, UsageError, backend_cannot
@@ -56,10 +56,24 @@ def load(run_plan: RunPlan) -> Loaded:
     draft_path = run_plan.draft_model.path if run_plan.draft_model is not None else None
     try:
         attach_draft(model, run_plan.backend, run_plan.load, run_plan.draft, draft_path)
+        if run_plan.kv_cache:
+            attach_kv_store(model, run_plan.model.name, run_plan.load, run_plan.kv_cache)
     except BaseException:
         model.close()
         raise
     return model
+
+
+def attach_kv_store(model: LoadedModel, name: str, params: LoadParams, limit: int) -> None:
+    """Keep the model's KV cells on disk, under ``limit`` bytes for every model's (the KV store); a
+    backend that cannot runs without it."""
+    from llmrun.formats.kv_store import KvStore, model_key
+
+    if not isinstance(model, KeepsKv):
+        return
+    settings = model.kv_settings()
+    label = {"model": name, "backend": settings["backend"], "kv_type": params.kv_type}
+    model.use_kv_store(KvStore(model_key(model.path, settings), label, limit=limit))
 
 
 def attach_draft(model: LoadedModel, backend: str, params: LoadParams, draft: Draft, draft_path: Path | None) -> None:

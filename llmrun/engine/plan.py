@@ -104,6 +104,7 @@ class RunPlan:
     draft: Draft = field(default_factory=Draft)  # speculative decoding
     draft_model: ResolvedModel | None = None  # the draft model, located (mode ``model``)
     endpoints: tuple[Endpoint, ...] = ()  # backend ``remote``: where the model is served
+    kv_cache: int | None = None  # the KV store's limit in bytes: prefixes kept on disk (None: off)
 
     @property
     def extras(self) -> frozenset[str]:
@@ -136,6 +137,8 @@ class RunPlan:
         rows.append(("draft", self.draft.value, source))
         if self.draft.on:
             rows.append(("draft_tokens", self.draft.tokens, source))
+        kv_cache = format_bytes(self.kv_cache) if self.kv_cache else "off"
+        rows.append(("kv_cache", kv_cache, self.sources.get("kv_cache", "default")))
         return rows
 
 
@@ -154,13 +157,14 @@ def plan_run(
     context_cap: int | None = None,
     draft: Draft | None = None,
     endpoints: Sequence[str] = (),
+    kv_cache: tuple[int | None, str] = (None, "default"),
 ) -> RunPlan:
     """Everything a run needs before loading: the model located, its settings merged by layer
     (default, models.toml, command line), and warnings. Without ``n_ctx`` the context is the
     trained length, at most 4096 (or ``context_cap``). ``draft`` (from the command line) turns speculative
     decoding on or off, over the model's models.toml ``draft``. ``endpoints`` (``--endpoint``): the model
     is served there, under the name given (else the endpoint's only model); so is a models.toml entry
-    with an ``endpoint``."""
+    with an ``endpoint``. ``kv_cache``: the KV store's limit in bytes (None: off) and where it came from."""
     # bad flag values fail before anything is resolved or read
     merge_layers(SamplingParams, [(COMMAND_LINE, sampling_flags)])
     remote = plan_remote(registry, model_name, sampling_flags, load_flags, endpoints, draft)
@@ -196,11 +200,12 @@ def plan_run(
         located.header,
         load,
         settings.sampling,
-        {**settings.sources, "draft": draft_source},
+        {**settings.sources, "draft": draft_source, "kv_cache": kv_cache[1]},
         memory,
         (*warnings, *([warning] if warning else [])),
         chosen_draft,
         draft_model,
+        kv_cache=kv_cache[0],
     )
 
 

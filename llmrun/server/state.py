@@ -50,6 +50,7 @@ class ServerConfig:
     cache_prompts: bool = True  # keep finished requests' KV cells for the next request sharing their prefix
     template: tuple[str, str] | None = None  # --template: the chat template every model uses, and its source
     draft: Draft | None = None  # --draft: speculative decoding for every model (None: each model's models.toml)
+    kv_cache: tuple[int | None, str] = (None, "default")  # the KV store's limit in bytes (None: off), and its source
 
 
 @dataclass
@@ -182,6 +183,7 @@ class ServerState:
                 load_defaults=load_defaults,
                 backend=self.config.backend,
                 draft=self.config.draft,
+                kv_cache=self.config.kv_cache,
             )
 
         try:
