@@ -39,7 +39,7 @@ from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
 from llmrun.decoding.speculative import Gate, PromptLookup
 from llmrun.decoding.tokens import common_prefix, reusable
 from llmrun.errors import LlmrunError
-from llmrun.formats.kv_store import MIN_REUSE
+from llmrun.formats.kv_store import MIN_REUSE, MIN_SAVE
 from llmrun.formats.memory import N_BATCH
 
 
@@ -59,15 +59,18 @@ class _Slot:
     gate: Gate | None = None  # auto: how much to draft, by what pays
     drafts: list[int] = field(default_factory=list)  # this step's draft, after ``last``
     shown: list[Token] = field(default_factory=list)  # this step's tokens to report
+    keep_at: int = 0  # the KV store wants the cells of the prompt up to here (where it leaves a kept prefix)
 
 
 def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
     """Whether the cells left after keeping positions ``[pos_min, reused)`` hold what the next token
-    attends to: all of them, or with a sliding window of ``n_swa``, the window (with llama-server's
-    margin: the oldest kept position is before ``reused - n_swa``)."""
+    attends to: all of them, or with a sliding window of ``n_swa``, the window. llama.cpp masks a key
+    when ``query - key >= n_swa``, so the token at ``reused`` reads from ``reused - n_swa + 1`` on; a
+    state llama.cpp saved holds exactly those (and one more), so a kept conversation, restored and
+    cut back to its prompt, still passes (llama-server asks for two more, and evaluates it again)."""
     if reused == 0:
         return True
-    return 0 <= pos_min <= (max(0, reused - n_swa - 1) if n_swa > 0 else 0)
+    return 0 <= pos_min <= (max(0, reused - n_swa + 1) if n_swa > 0 else 0)
 
 
 def generate(
@@ -134,6 +137,7 @@ class BatchDecoder:
         self._batch = internals.LlamaBatch(n_tokens=N_BATCH, embd=0, n_seq_max=1, verbose=False)
         self._slots: list[_Slot | None] = [None] * parallel
         self._kept: list[list[int]] = [[] for _ in range(parallel)]  # what each sequence's cells hold
+        self._prompts = [0] * parallel  # the length of each sequence's last prompt
         self._n_vocab = int(model.llama.n_vocab())
         self._n_swa = int(llama_cpp.llama_model_n_swa(model.llama._model.model))
         self.reuse_prefix = reuse_prefix
@@ -163,11 +167,14 @@ class BatchDecoder:
         if isinstance(assembler, LlmrunError):
             return assembler
         reused = self._keep(seq, request.ids)
+        self._prompts[seq] = len(request.ids)
         assembler.cached_tokens = reused
         window = self.n_ctx_seq if request.params.repeat_last_n == -1 else request.params.repeat_last_n
         sampler = sampler_chain(request.params, seed or 0, self._n_vocab, window)
         pending = list(request.ids[reused:])
         slot = _Slot(seq, request, sampler, assembler, pending, reused, logprobs=logprobs, cached=self._kept[seq])
+        if self._store is not None and self._spills:
+            slot.keep_at = max(0, self._store.branch(request.ids))
         if self._draft is not None:
             slot.lookup = PromptLookup(prompt_tokens=len(request.ids))
             slot.gate = Gate() if self._draft.mode == "auto" else None
@@ -187,8 +194,9 @@ class BatchDecoder:
         import llama_cpp
 
         kept = reusable(self._kept[seq], ids) if self.reuse_prefix else 0
-        if kept < len(self._kept[seq]):
+        if len(self._kept[seq]) - kept >= MIN_SAVE:  # a conversation's cells about to be overwritten
             self._spill(seq)
+        exact = False  # the cells are a kept state taken whole: what the saving process went on from
         if self._store is not None:
             from llmrun.backends.gguf_state import restore_into
 
@@ -196,9 +204,10 @@ class BatchDecoder:
             if restored is not None:
                 self._kept[seq][:] = restored[0]
                 kept = restored[1]
+                exact = kept == len(restored[0])
         if kept and not self._ctx.kv_cache_seq_rm(seq, kept, -1):
             kept = 0  # a memory that cannot drop a tail (recurrent models)
-        if kept:
+        if kept and not exact:
             pos_min = llama_cpp.llama_memory_seq_pos_min(self._ctx.memory, seq)
             kept = kept if window_intact(pos_min, kept, self._n_swa) else 0
         if not kept:
@@ -206,12 +215,34 @@ class BatchDecoder:
         del self._kept[seq][kept:]
         return kept
 
+    def _keep_points(self) -> None:
+        """Keep the cells of each prompt that reached the point the KV store wants (``_Slot.keep_at``)."""
+        for slot in self._slots:
+            if slot is not None and slot.keep_at and slot.pos == slot.keep_at and self._store is not None:
+                from llmrun.backends.gguf_state import seq_state
+
+                self._store.save(slot.cached[: slot.pos], seq_state(self._ctx.ctx, slot.seq))
+                slot.keep_at = 0
+
     def _spill(self, seq: int) -> None:
         """Keep the cells of ``seq`` in the KV store (when it wants them) before they are overwritten."""
         if self._spills and self._store is not None and self._kept[seq] and self._store.wanted(self._kept[seq]):
             from llmrun.backends.gguf_state import seq_state
 
             self._store.save(self._kept[seq], seq_state(self._ctx.ctx, seq), replace_shorter=True)
+
+    def _spill_prompt(self, seq: int) -> None:
+        """When the store uses its prefixes whole (a sliding window), also keep the cells of the last prompt
+        of ``seq`` (less its last token) apart from its answer, so the same prompt finds them (the cells go)."""
+        point = self._prompts[seq] - 1
+        if not (self._spills and self._store is not None and self._store.whole and 0 < point < len(self._kept[seq])):
+            return
+        if self._store.wanted(self._kept[seq][:point]):
+            from llmrun.backends.gguf_state import seq_state
+
+            self._ctx.kv_cache_seq_rm(seq, point, -1)
+            del self._kept[seq][point:]
+            self._store.save(self._kept[seq], seq_state(self._ctx.ctx, seq))
 
     def share(self, prefix: Sequence[int]) -> None:
         """Put the cells of ``prefix`` in every sequence before any request is admitted: taken from the KV
@@ -253,6 +284,7 @@ class BatchDecoder:
         began = time.perf_counter()
         self._ctx.decode(self._batch)
         self._seconds = time.perf_counter() - began
+        self._keep_points()
         for seq, slot in enumerate(self._slots):
             if slot is None or slot.sample_at is None:
                 continue
@@ -332,6 +364,7 @@ class BatchDecoder:
                 _free(slot)
             elif self.reuse_prefix:
                 self._spill(seq)
+                self._spill_prompt(seq)
         self._slots = [None] * len(self._slots)
         self._kept = [[] for _ in self._slots]
         self._batch.close()
@@ -379,7 +412,8 @@ def _fill(b: Any, slots: list[_Slot | None]) -> None:
     for slot in slots:
         if slot is None or not slot.pending or n >= N_BATCH:
             continue
-        chunk = slot.pending[: N_BATCH - n]
+        room = N_BATCH - n if slot.keep_at <= slot.pos else min(N_BATCH - n, slot.keep_at - slot.pos)
+        chunk = slot.pending[:room]
         del slot.pending[: len(chunk)]
         slot.cached.extend(chunk)
         for offset, token in enumerate(chunk):

@@ -51,6 +51,7 @@ def ls(json_output: o.JsonOpt = False) -> None:
             (r["id"], r["model"], r["backend"], r["kv_type"], f"{r['tokens']:,}", format_bytes(r["bytes"]), r["used"])  # type: ignore[arg-type]
             for r in rows
         ],
+        stdout=True,
     )
 
 

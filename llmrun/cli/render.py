@@ -12,6 +12,7 @@ no colour codes and no spinners.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -68,6 +69,21 @@ def warn(message: str) -> None:
     line = Text("warning: ", style="bold yellow")
     line.append(_worded(message))
     err_console().print(line)
+
+
+class _WarningLines(logging.Handler):
+    """A logger's warnings as warning lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        warn(record.getMessage())
+
+
+def show_warnings(logger: str) -> None:
+    """What core code logs as a warning on ``logger`` (``llmrun.kv``: a damaged KV store file removed), shown
+    as warning lines; the ``llmrun`` loggers are otherwise silent unless --debug (once per process)."""
+    target = logging.getLogger(logger)
+    if not any(isinstance(handler, _WarningLines) for handler in target.handlers):
+        target.addHandler(_WarningLines(logging.WARNING))
 
 
 def note(message: str) -> None:

@@ -216,6 +216,8 @@ def plan(
         )
     for warning in run_plan.warnings:
         render.warn(warning)
+    if run_plan.kv_cache:
+        render.show_warnings("llmrun.kv")
     return run_plan
 
 

@@ -176,6 +176,10 @@ def serve(
         draft=o.draft_choice(draft, draft_tokens),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
+    if config.kv_cache[0]:
+        from llmrun.cli import render
+
+        render.show_warnings("llmrun.kv")
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)
     _run(config, host, port, warn_open=not is_loopback(host) and key is None)

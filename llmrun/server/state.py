@@ -90,6 +90,7 @@ class ServerState:
         self.closing = False
         self._closed = False
         self._close_lock = threading.Lock()
+        self._close_done = threading.Event()
 
     def limits(self, served: Served | None = None) -> api.Limits:
         """What one request may ask for: ``max_tokens`` up to the operator's --max-tokens and the context."""
@@ -232,18 +233,24 @@ class ServerState:
         return gone
 
     def close(self) -> None:
-        """Stop every scheduler (requests in flight get an error event), then unload (once; any thread)."""
+        """Stop every scheduler (requests in flight get an error event; the slots' cells go to the KV store),
+        then unload: once, from any thread; a second caller waits until the first has finished."""
         with self._close_lock:
-            if self._closed:
-                return
+            closing_elsewhere = self._closed
             self._closed = True
+        if closing_elsewhere:
+            self._close_done.wait()
+            return
         self.closing = True
-        for served in self.served():
-            served.scheduler.close()
-        self.engine.close()
-        for embedding in self.embeddings():
-            with embedding.lock:
-                embedding.embedder.close()
+        try:
+            for served in self.served():
+                served.scheduler.close()
+            self.engine.close()
+            for embedding in self.embeddings():
+                with embedding.lock:
+                    embedding.embedder.close()
+        finally:
+            self._close_done.set()
 
 
 def _is_embedding(name: str) -> bool:

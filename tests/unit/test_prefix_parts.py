@@ -22,8 +22,8 @@ def test_the_last_prompt_token_is_always_evaluated() -> None:
 def test_a_sliding_window_cache_must_still_hold_the_window() -> None:
     assert window_intact(0, 100, 0)  # a full cache holds everything
     assert not window_intact(40, 100, 0)  # cells missing from a cache without a window
-    assert window_intact(49, 100, 50) and window_intact(10, 100, 50)
-    assert not window_intact(50, 100, 50)  # the token at 100 attends from 51: too close for llama-server's margin
+    assert window_intact(51, 100, 50) and window_intact(10, 100, 50)  # the token at 100 attends from 51 on
+    assert not window_intact(52, 100, 50)  # position 51 is gone
     assert window_intact(0, 30, 50) and not window_intact(1, 30, 50)  # shorter than the window: all of it
     assert window_intact(-1, 0, 50)  # nothing kept: nothing to check
     assert not window_intact(-1, 10, 0)  # an empty sequence cannot give 10 positions
