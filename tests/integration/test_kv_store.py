@@ -19,22 +19,8 @@ from llmrun.formats.kv_store import MIN_SAVE, entries, store_dir
 from tests.support.helpers import invoke
 
 WORDS = [
-    "the",
-    "river",
-    "keeper",
-    "lamp",
-    "night",
-    "town",
-    "harbour",
-    "boat",
-    "stone",
-    "bridge",
-    "market",
-    "winter",
-    "bell",
-    "road",
-    "tower",
-    "garden",
+    *("the", "river", "keeper", "lamp", "night", "town", "harbour", "boat"),
+    *("stone", "bridge", "market", "winter", "bell", "road", "tower", "garden"),
 ]
 DOCUMENT = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(700))  # about 700 tokens
 
