@@ -141,44 +141,45 @@ class GgufModel:
         self.kv_point = point
 
     def _start_from_store(self, ids: Sequence[int]) -> int:
-        """Fill the cells from the KV store when it holds more of ``ids`` than they do, and keep the prompt's
-        boundaries it wants (where it leaves a kept prefix, its last token, each evaluated and kept); how many
-        prompt tokens were spared (llama-cpp-python's ``generate`` finds the prefix the cells hold)."""
-        from llmrun.backends.gguf_state import restore_into, seq_state
+        """Fill the cells from the KV store when it holds more of ``ids`` than they do; how many prompt tokens
+        they spare (llama-cpp-python's ``generate`` finds the same prefix and cuts what follows it)."""
+        from llmrun.backends.gguf_state import restore_into
         from llmrun.decoding.tokens import reusable
 
         llama = self.llama
         held = reusable(list(llama.input_ids[: llama.n_tokens]), ids) if llama.n_tokens else 0
-        store = self.kv_store
-        if store is None:
-            return held
-        restored = restore_into(store, llama._ctx.ctx, 0, ids, held)
+        restored = restore_into(self.kv_store, llama._ctx.ctx, 0, ids, held) if self.kv_store else None
         if restored is not None:
             tokens, held = restored
             llama.input_ids[: len(tokens)] = tokens
             llama.n_tokens = len(tokens)
             llama._requires_eval = True
-        spared = held
-        if self.kv_point != "prompt" or len(ids) >= self.n_ctx:
-            return spared
-        for point in (store.branch(ids), len(ids) - 1):
-            if point > held and store.wanted(ids[:point]):
-                llama._ctx.kv_cache_seq_rm(-1, held, -1)
-                llama.n_tokens = held
-                llama.eval(list(ids[held:point]))
-                store.save(ids[:point], seq_state(llama._ctx.ctx, 0))
-                held = point
-        return spared
+        return held
 
-    def _keep_answer(self) -> None:
-        """Keep the cells a conversation's turn left (its prompt and answer), replacing the turn before."""
-        if self.kv_store is None or self.kv_point != "answer" or not self.llama.n_tokens:
+    def _keep(self, ids: Sequence[int]) -> None:
+        """After the answer: keep in the store what it wants of the cells. A conversation's turn: all of them
+        (its prompt and answer, replacing the turn before). A prompt: its boundaries — where it leaves a kept
+        prefix (a new question after the same document), and all of it but its last token — cutting the
+        live cells back to each (a full-size window still holds every cell; else that point is skipped)."""
+        from llmrun.backends.gguf_batch import window_intact
+        from llmrun.backends.gguf_state import seq_state
+
+        llama, store = self.llama, self.kv_store
+        if store is None or not llama.n_tokens:
             return
-        tokens = [int(t) for t in self.llama.input_ids[: self.llama.n_tokens]]
-        if self.kv_store.wanted(tokens):
-            from llmrun.backends.gguf_state import seq_state
-
-            self.kv_store.save(tokens, seq_state(self.llama._ctx.ctx, 0), replace_shorter=True)
+        if self.kv_point == "answer":
+            tokens = [int(t) for t in llama.input_ids[: llama.n_tokens]]
+            if store.wanted(tokens):
+                store.save(tokens, seq_state(llama._ctx.ctx, 0), replace_shorter=True)
+            return
+        n_swa = int(self._lib.llama_model_n_swa(llama._model.model))
+        for point in sorted({len(ids) - 1, store.branch(ids)}, reverse=True):
+            if not 0 < point <= llama.n_tokens or not store.wanted(ids[:point]):
+                continue
+            llama._ctx.kv_cache_seq_rm(-1, point, -1)
+            llama.n_tokens = point
+            if window_intact(self._lib.llama_memory_seq_pos_min(llama._ctx.memory, 0), point, n_swa):
+                store.save(ids[:point], seq_state(llama._ctx.ctx, 0))
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:
@@ -271,7 +272,7 @@ class GgufModel:
             constraint=constraint,
             started=started,
         )
-        self._keep_answer()
+        self._keep(ids)
 
     def grammar_tokenizer(self) -> Any:
         """The vocabulary as llguidance reads it (control tokens marked special; every end-of-generation

@@ -26,12 +26,13 @@ def seq_state(ctx: Any, seq: int) -> bytes:
     return bytes(memoryview(buffer)[:written])
 
 
-def set_seq_state(ctx: Any, seq: int, payload: bytes) -> bool:
+def set_seq_state(ctx: Any, seq: int, payload: bytes | bytearray) -> bool:
     """Put ``payload`` (from :func:`seq_state`) into sequence ``seq``; False when llama.cpp refuses it
-    (no room, another model's layout): the sequence is then left empty."""
+    (no room, another model's layout): the sequence is then left empty. A ``bytearray`` is read in place."""
     import llama_cpp
 
-    buffer = (ctypes.c_uint8 * len(payload)).from_buffer_copy(payload)
+    array = ctypes.c_uint8 * len(payload)
+    buffer = array.from_buffer(payload) if isinstance(payload, bytearray) else array.from_buffer_copy(payload)
     if int(llama_cpp.llama_state_seq_set_data(ctx, buffer, len(payload), seq)) == 0:
         llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), seq, -1, -1)
         return False

@@ -111,7 +111,7 @@ def cache_to_bytes(cache: list[Any]) -> bytes:
         return path.read_bytes()
 
 
-def cache_from_bytes(payload: bytes) -> list[Any] | None:
+def cache_from_bytes(payload: bytes | bytearray) -> list[Any] | None:
     """The prompt cache :func:`cache_to_bytes` wrote; None when mlx-lm cannot read it."""
     import tempfile
     from pathlib import Path

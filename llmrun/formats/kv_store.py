@@ -140,14 +140,16 @@ def _read_head(handle: BinaryIO, path: Path) -> KvEntry:
         raise Damaged(f"bad header: {exc}") from None
 
 
-def read_payload(entry: KvEntry) -> bytes:
-    """The entry's payload, checked against its checksum (:class:`Damaged` when it does not match)."""
+def read_payload(entry: KvEntry) -> bytearray:
+    """The entry's payload, checked against its checksum (:class:`Damaged` when it does not match); read
+    into one writable buffer a backend can hand to its library without a copy."""
+    payload = bytearray(entry.payload_size)
     with entry.path.open("rb") as handle:
         handle.seek(entry.payload_offset)
-        payload = handle.read(entry.payload_size)
+        read = handle.readinto(payload)
     digest = hashlib.sha256(_token_bytes(entry.tokens))
     digest.update(payload)
-    if len(payload) != entry.payload_size or digest.hexdigest() != entry.checksum:
+    if read != entry.payload_size or digest.hexdigest() != entry.checksum:
         raise Damaged("checksum mismatch")
     return payload
 
@@ -246,7 +248,7 @@ class KvStore:
                 longest = max(longest, shared)
         return longest if longest >= MIN_SAVE and self.wanted(ids[:longest]) else 0
 
-    def load(self, entry: KvEntry) -> bytes | None:
+    def load(self, entry: KvEntry) -> bytearray | None:
         """The entry's payload, checked; None (and the file removed) when it is damaged."""
         try:
             payload = read_payload(entry)

@@ -218,3 +218,37 @@ def test_cells_from_another_model_are_refused_and_the_sequence_left_empty(models
         assert llama_cpp.llama_memory_seq_pos_max(smol.llama._ctx.memory, 0) == -1
     finally:
         smol.close()
+
+
+# --- MLX: mlx-lm's prompt-cache files as the payload ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_mlx_keeps_its_prompt_cache_and_a_new_model_starts_from_it(gemma_mlx8: Path) -> None:
+    """mlx-lm's own cache, saved and loaded whole (Gemma's sliding layers are rotating caches, used whole):
+    the second model, a new load as a new process would make, evaluates only the last prompt token."""
+    from llmrun.backends.mlx import MlxBackend
+    from llmrun.decoding.events import Done, Token
+    from llmrun.decoding.sampling import SamplingParams
+    from llmrun.engine.load import attach_kv_store
+
+    params = LoadParams(2048, 2, 0)
+
+    def answer() -> tuple[list[int], Done]:
+        model = MlxBackend().load(gemma_mlx8, params)
+        try:
+            attach_kv_store(model, "gemma-mlx", params, 10**9)
+            ids = model.tokenize(DOCUMENT, add_bos=True)
+            events = list(model.stream(ids, SamplingParams(temperature=0, max_tokens=6)))
+        finally:
+            model.close()
+        done = events[-1]
+        assert isinstance(done, Done)
+        return [e.id for e in events if isinstance(e, Token)], done
+
+    first, first_done = answer()
+    assert first_done.stats.cached_tokens == 0
+    assert kept() == [first_done.stats.prompt_tokens - 1]
+    second, second_done = answer()
+    assert second_done.stats.cached_tokens == first_done.stats.prompt_tokens - 1
+    assert second == first
