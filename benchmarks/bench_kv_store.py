@@ -192,22 +192,22 @@ def serve_ttft(env: dict[str, str], args: list[str], preamble: str, question: st
         serving.stop(process)
 
 
-def bench_serve(rounds: int, model: str) -> None:
+def bench_serve(rounds: int, model: str, label: str) -> None:
     preamble = "You answer questions about this text.\n" + document(1400, 5)
     times: dict[str, list[float]] = {"store": [], "no store": []}
     cached = 0
     for _ in range(rounds):
-        for label in ("store", "no store"):
+        for kind in ("store", "no store"):
             with fresh_home() as home:
                 env = home_env(home)
                 args = ["-m", model, "--ctx", "4096", "--parallel", "2"]
-                args += ["--no-kv-cache"] if label == "no store" else []
+                args += ["--no-kv-cache"] if kind == "no store" else []
                 serve_ttft(env, args, preamble, "Which word comes first?")  # before the restart
                 ttft, got = serve_ttft(env, args, preamble, "Is there a bridge?")
-                times[label].append(ttft)
-                cached = got if label == "store" else cached
+                times[kind].append(ttft)
+                cached = got if kind == "store" else cached
     store, plain = median(times["store"]), median(times["no store"])
-    print(f"\n## serve: back after a restart, a ~1,500-token system prompt, {model}")
+    print(f"\n## serve: back after a restart, a ~1,500-token system prompt, {label}")
     print(f"with the store  {store * 1000:8.1f} ms  ({cached} prompt tokens cached)")
     print(f"without         {plain * 1000:8.1f} ms")
     print(f"store / without         {store / plain:.3f}  (goal <= 0.2)")
@@ -245,7 +245,7 @@ def main() -> None:
     parts: dict[str, Callable[[], None]] = {
         "run": lambda: bench_run(args.rounds),
         "chat": lambda: bench_chat(args.rounds),
-        "serve": lambda: bench_serve(args.rounds, smollm),
+        "serve": lambda: bench_serve(args.rounds, smollm, "SmolLM2-135M Q4_1"),
         "disk": lambda: bench_disk({"Gemma 3 270M Q4_K_M": "gemma3:270m", "SmolLM2-135M Q4_1": smollm}),
     }
     for name, part in parts.items():

@@ -420,6 +420,9 @@ def _print_stats(report: dict[str, Any]) -> None:
     stop = report["stop_reason"] + (f" ({report['stop_string']!r})" if report["stop_string"] else "")
     remote = report["backend"] == "remote"
     prompt = f"{n['prompt']} tokens, {t['prompt_tokens_per_s']:.1f} tok/s"
+    if n["cached"]:  # from the KV cache (this process's, or the store on disk): not evaluated
+        evaluated = n["prompt"] - n["cached"]
+        prompt = f"{n['prompt']} tokens, {n['cached']} from the KV cache, {evaluated} evaluated"
     if remote and not n["prompt"]:  # a stream without usage (llama-cpp-python's server)
         prompt = "not reported by the endpoint"
     rows = [

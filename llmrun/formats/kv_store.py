@@ -33,6 +33,7 @@ SUFFIX = ".kv"
 DEFAULT_LIMIT = 4 * 1024**3  # bytes over every model's files
 MIN_SAVE = 256  # a prefix this short costs little to evaluate again: not kept
 MIN_REUSE = 32  # a hit must spare at least this many tokens
+HASH_CHUNK = 2 * 1024 * 1024  # the payload's checksum is over the sha256 of each chunk this long
 _MAX_HEADER = 64 * 1024
 _log = logging.getLogger("llmrun.kv")
 
@@ -72,7 +73,7 @@ class KvEntry:
     key: str
     tokens: tuple[int, ...]
     payload_size: int
-    checksum: str  # sha256 of the tokens and the payload
+    checksum: str  # sha256 of the tokens and of the payload's chunks (see :func:`checksum`)
     created: float
     label: Mapping[str, Any]  # for people: the model's name, backend, KV type
 
@@ -140,16 +141,38 @@ def _read_head(handle: BinaryIO, path: Path) -> KvEntry:
         raise Damaged(f"bad header: {exc}") from None
 
 
+def checksum(tokens: Sequence[int], chunk_digests: Sequence[bytes]) -> str:
+    """sha256 over the tokens and the sha256 of each :data:`HASH_CHUNK` of the payload (the chunks are
+    hashed in parallel, as they are read: hashlib lets go of the GIL)."""
+    digest = hashlib.sha256(_token_bytes(tokens))
+    for part in chunk_digests:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _chunk_digest(view: memoryview) -> bytes:
+    return hashlib.sha256(view).digest()
+
+
 def read_payload(entry: KvEntry) -> bytearray:
     """The entry's payload, checked against its checksum (:class:`Damaged` when it does not match); read
-    into one writable buffer a backend can hand to its library without a copy."""
+    into one writable buffer a backend can hand to its library without a copy, each chunk hashed on a
+    second thread while the next is read."""
+    from concurrent.futures import ThreadPoolExecutor
+
     payload = bytearray(entry.payload_size)
-    with entry.path.open("rb") as handle:
+    view = memoryview(payload)
+    read = 0
+    with entry.path.open("rb", buffering=0) as handle, ThreadPoolExecutor(2) as pool:
         handle.seek(entry.payload_offset)
-        read = handle.readinto(payload)
-    digest = hashlib.sha256(_token_bytes(entry.tokens))
-    digest.update(payload)
-    if read != entry.payload_size or digest.hexdigest() != entry.checksum:
+        digests = []
+        for start in range(0, entry.payload_size, HASH_CHUNK):
+            part = view[start : start + HASH_CHUNK]
+            got = handle.readinto(part)
+            read += got or 0
+            digests.append(pool.submit(_chunk_digest, part))
+        found = checksum(entry.tokens, [future.result() for future in digests])
+    if read != entry.payload_size or found != entry.checksum:
         raise Damaged("checksum mismatch")
     return payload
 
@@ -157,8 +180,8 @@ def read_payload(entry: KvEntry) -> bytearray:
 def write_entry(directory: Path, key: str, tokens: Sequence[int], payload: bytes, label: Mapping[str, Any]) -> KvEntry:
     """Keep ``payload`` (the cells of ``tokens``) under ``directory``, atomically."""
     token_bytes = _token_bytes(tokens)
-    digest = hashlib.sha256(token_bytes)
-    digest.update(payload)
+    view = memoryview(payload)
+    digest = checksum(tokens, [_chunk_digest(view[i : i + HASH_CHUNK]) for i in range(0, len(payload), HASH_CHUNK)])
     created = time.time()
     head = json.dumps(
         {
@@ -166,7 +189,7 @@ def write_entry(directory: Path, key: str, tokens: Sequence[int], payload: bytes
             "key": key,
             "tokens": len(tokens),
             "payload": len(payload),
-            "sha256": digest.hexdigest(),
+            "sha256": digest,
             "created": created,
             "label": dict(label),
         }
@@ -176,7 +199,7 @@ def write_entry(directory: Path, key: str, tokens: Sequence[int], payload: bytes
         handle.write(MAGIC + struct.pack("<I", len(head)) + head)
         handle.write(token_bytes)
         handle.write(payload)
-    return KvEntry(path, key, tuple(tokens), len(payload), digest.hexdigest(), created, dict(label))
+    return KvEntry(path, key, tuple(tokens), len(payload), digest, created, dict(label))
 
 
 def entries(directory: Path | None = None, key: str | None = None) -> Iterator[KvEntry]:
