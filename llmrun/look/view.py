@@ -114,7 +114,7 @@ def look(
         lens_probs = np.zeros((geometry.n_layer, n, top), dtype=np.float32)
     own_ids, own_probs, known = _own(model, trace, lens_ids[-1], lens_probs[-1], top)
     gap = float(np.abs(lens_probs[-1, known, 0] - own_probs[known, 0]).max(initial=0.0))
-    agree = float((lens_ids[-1, known, 0] == own_ids[known, 0]).mean()) if known.any() else 1.0
+    agree = float(_agreeing(lens_ids[-1], own_ids, own_probs)[known].mean()) if known.any() else 1.0
     shown = trace.complete and gap <= LENS_AGREEMENT and agree >= 0.9
     notes = list(trace.notes)
     if trace.complete and not shown:
@@ -141,6 +141,17 @@ def look(
         {"capture": trace.seconds, "lens": lens_seconds, "embeddings": time.perf_counter() - started},
         notes,
     )
+
+
+def _agreeing(lens_ids: npt.NDArray[np.int64], own_ids: npt.NDArray[np.int64], own_probs: F32) -> npt.NDArray[np.bool_]:
+    """Where the lens's top token is the model's own choice: its top token, or at a near-tie (the model's
+    top two within :data:`LENS_AGREEMENT`, the check's resolution) its second, which rounding can swap."""
+    same: npt.NDArray[np.bool_] = lens_ids[:, 0] == own_ids[:, 0]
+    if own_ids.shape[1] < 2:
+        return same
+    tied = own_probs[:, 0] - own_probs[:, 1] <= LENS_AGREEMENT
+    agreeing: npt.NDArray[np.bool_] = same | (tied & (lens_ids[:, 0] == own_ids[:, 1]))
+    return agreeing
 
 
 def _own(

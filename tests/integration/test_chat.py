@@ -42,8 +42,9 @@ def test_turns_reuse_the_kv_cache_and_match_a_fresh_evaluation(gemma: Path) -> N
         second = answer(chat, "And of Italy?")
         report = chat.last
         assert report is not None and report.stats is not None
-        # only the new turn is evaluated: the first prompt and its answer are reused
-        assert report.cached_tokens == first.prompt_tokens + first.stats.generated_tokens
+        # only the new turn is evaluated: the first prompt and its answer are reused, all but the answer's last
+        # token (sampled, and never fed back into the model: the answer stopped at max_tokens)
+        assert report.cached_tokens == first.prompt_tokens + first.stats.generated_tokens - 1
         ids = render_prompt(chat.model, chat.template, chat.messages()[:-1]).ids
         assert len(ids) == report.prompt_tokens
         fresh = GgufBackend().load(gemma, LoadParams(2048, 2, 0))

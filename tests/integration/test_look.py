@@ -138,13 +138,18 @@ def test_the_lens_is_the_final_norm_and_output_head(
     assert (got.ids == want).all()
     assert np.abs(got.probs - np.take_along_axis(probs, want, axis=1)).max() < 1e-4
     # on the captured last layer it reproduces the model's own distribution after every position (a plain
-    # pass with flash attention, as `next` makes; measured: top-1 at 14 of 14, probabilities within 0.03)
+    # pass with flash attention, as `next` makes; measured: probabilities within 0.035, the same top-1 at 14 of
+    # 14 on one machine and 12 of 14 on another, where the two that differ are near-ties: 0.163 against 0.143
+    # and 0.307 against 0.301, which the attention kernels' rounding swaps)
     assert traced.final is None  # llama.cpp's capture stops before the output head
     lens = model.lens(traced.hidden[-1], 1)
     own = np.concatenate(list(model.position_logits(ids)))
     own_probs = np.exp(own - own.max(axis=1, keepdims=True))
     own_probs /= own_probs.sum(axis=1, keepdims=True)
-    assert (lens.ids[:, 0] == own.argmax(axis=1)).mean() >= 0.9
+    chosen = lens.ids[:, 0]
+    own_of_chosen = own_probs[np.arange(len(ids)), chosen]
+    assert (own_probs.max(axis=1) - own_of_chosen <= 0.05).all()  # the model's choice, or tied with it
+    assert (chosen == own.argmax(axis=1)).mean() >= 0.75
     assert np.abs(lens.probs[:, 0] - own_probs.max(axis=1)).max() < 0.05
 
 
