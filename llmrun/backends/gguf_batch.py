@@ -22,6 +22,8 @@ disk when that spares more than its own cells, and cells about to be overwritten
 decoder closes: the server stopping) are kept there first, so a conversation comes back after a
 restart. ``generate`` (the batch command) evaluates the prefix every request shares once — or takes
 it from the store — and copies its cells into every sequence before the first request starts.
+The same prompt admitted to two slots at once (``n`` choices) is evaluated in one of them: the other
+takes its cells and samples its first token from the same logits row (:meth:`BatchDecoder._join_leaders`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Slot:
     drafts: list[int] = field(default_factory=list)  # this step's draft, after ``last``
     shown: list[Token] = field(default_factory=list)  # this step's tokens to report
     keep_at: int = 0  # the KV store wants the cells of the prompt up to here (where it leaves a kept prefix)
+    follows: _Slot | None = None  # the same prompt in another slot (n > 1): its cells and first logits are shared
 
 
 def window_intact(pos_min: int, reused: int, n_swa: int) -> bool:
@@ -175,6 +178,14 @@ class BatchDecoder:
         slot = _Slot(seq, request, sampler, assembler, pending, reused, logprobs=logprobs, cached=self._kept[seq])
         if self._store is not None and self._spills:
             slot.keep_at = max(0, self._store.branch(request.ids))
+        slot.follows = next(
+            (
+                other
+                for other in self._slots
+                if other is not None and other.follows is None and other.pending and other.request.ids == request.ids
+            ),
+            None,
+        )
         if self._draft is not None:
             slot.lookup = PromptLookup(prompt_tokens=len(request.ids))
             slot.gate = Gate() if self._draft.mode == "auto" else None
@@ -214,6 +225,24 @@ class BatchDecoder:
             self._ctx.kv_cache_seq_rm(seq, -1, -1)
         del self._kept[seq][kept:]
         return kept
+
+    def _join_leaders(self) -> None:
+        """A slot waiting on another with the same prompt (``n`` choices of one request) takes its cells and
+        samples its first token from the same logits row once that prompt is evaluated; when the other went
+        first (cancelled), it evaluates its own prompt from the next step."""
+        for slot in self._slots:
+            leader = slot.follows if slot is not None else None
+            if slot is None or leader is None:
+                continue
+            if not any(other is leader for other in self._slots):
+                slot.follows = None
+            elif not leader.pending and leader.sample_at is not None:
+                self._ctx.kv_cache_seq_rm(slot.seq, -1, -1)
+                self._ctx.kv_cache_seq_cp(leader.seq, slot.seq, -1, -1)  # the whole sequence: every stream allows it
+                slot.cached[:] = leader.cached
+                slot.pos, slot.pending, slot.sample_at = leader.pos, [], leader.sample_at
+                slot.assembler.cached_tokens = len(slot.request.ids)
+                slot.follows = None
 
     def _keep_points(self) -> None:
         """Keep the cells of each prompt that reached the point the KV store wants (``_Slot.keep_at``)."""
@@ -285,6 +314,7 @@ class BatchDecoder:
         self._ctx.decode(self._batch)
         self._seconds = time.perf_counter() - began
         self._keep_points()
+        self._join_leaders()
         for seq, slot in enumerate(self._slots):
             if slot is None or slot.sample_at is None:
                 continue
@@ -410,7 +440,7 @@ def _fill(b: Any, slots: list[_Slot | None]) -> None:
         elif slot is not None:
             slot.sample_at = None
     for slot in slots:
-        if slot is None or not slot.pending or n >= N_BATCH:
+        if slot is None or not slot.pending or slot.follows is not None or n >= N_BATCH:
             continue
         room = N_BATCH - n if slot.keep_at <= slot.pos else min(N_BATCH - n, slot.keep_at - slot.pos)
         chunk = slot.pending[:room]

@@ -110,3 +110,33 @@ def test_without_reuse_every_prompt_is_evaluated_whole(model: GgufModel) -> None
         assert done.stats.cached_tokens == 0 and [t.id for t in again] == [t.id for t in first]
     finally:
         decoder.close()
+
+
+def test_the_same_prompt_in_two_slots_at_once_is_evaluated_once(model: GgufModel) -> None:
+    """``n`` choices of one request: the prompt goes into the batch once, the second slot takes its cells
+    and samples its first token from the same logits row, with its own sampler."""
+    story = model.tokenize(STORY, add_bos=True)
+    decoder = model.batch_decoder(2, 1024, reuse_prefix=True)
+    try:
+        for index in (0, 1):
+            assert decoder.admit(BatchRequest(index, story, GREEDY), TOP) is None
+        first_step = decoder.step()
+        assert decoder._batch.batch.n_tokens == len(story)  # one copy of the prompt
+        assert sorted(index for index, _ in first_step) == [0, 1]  # both sampled from it
+        tokens: dict[int, list[Token]] = {0: [], 1: []}
+        done: dict[int, Done] = {}
+        events = first_step
+        while True:
+            for index, event in events:
+                if isinstance(event, Done):
+                    done[index] = event
+                elif event.id >= 0:
+                    tokens[index].append(event)
+            if len(done) == 2:
+                break
+            events = decoder.step()
+        assert done[0].stats.cached_tokens == 0 and done[1].stats.cached_tokens == len(story)
+        assert [t.id for t in tokens[1]] == [t.id for t in tokens[0]]  # the same cells, the same rows
+        agree_up_to_rounding(tokens[0], fresh(model, story))
+    finally:
+        decoder.close()
