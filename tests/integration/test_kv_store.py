@@ -18,6 +18,8 @@ from llmrun.backends.gguf_state import seq_state, set_seq_state
 from llmrun.formats.kv_store import MIN_SAVE, entries, store_dir
 from tests.support.helpers import invoke
 
+pytestmark = pytest.mark.slow  # a model load per CLI call; the store's own rules are in tests/unit/test_kv_store.py
+
 WORDS = [
     *("the", "river", "keeper", "lamp", "night", "town", "harbour", "boat"),
     *("stone", "bridge", "market", "winter", "bell", "road", "tower", "garden"),
@@ -223,7 +225,6 @@ def test_cells_from_another_model_are_refused_and_the_sequence_left_empty(models
 # --- MLX: mlx-lm's prompt-cache files as the payload ---------------------------------------------
 
 
-@pytest.mark.slow
 def test_mlx_keeps_its_prompt_cache_and_a_new_model_starts_from_it(gemma_mlx8: Path) -> None:
     """mlx-lm's own cache, saved and loaded whole (Gemma's sliding layers are rotating caches, used whole):
     the second model, a new load as a new process would make, evaluates only the last prompt token."""
