@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.formats.kv_store import KvStore
+    from llmrun.models.kv_store import KvStore
     from llmrun.structured.grammar import Constraint
 
 KvType = Literal["f16", "q8_0", "q4_0"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from llmrun.backends.base import Evaluates, GeneratesBatch, KeepsKv, LoadedModel, Logits, Speculates
     from llmrun.backends.gguf_spec import ModelDrafter
     from llmrun.backends.trace import Geometry, Looks, TopK, Trace
-    from llmrun.formats.kv_store import KvStore
+    from llmrun.models.kv_store import KvStore
     from llmrun.structured.grammar import Constrains, Constraint
 
 

@@ -17,7 +17,7 @@ to about 0.3 on the packaged Gemma), so a greedy answer can part from the uncach
 at a near-tie, as it can with batching. With a sliding-window cache the kept cells must
 still cover the window before the first new token, else the prompt is evaluated whole.
 
-With the model's KV store (:mod:`llmrun.formats.kv_store`) a slot also starts from a prefix kept on
+With the model's KV store (:mod:`llmrun.models.kv_store`) a slot also starts from a prefix kept on
 disk when that spares more than its own cells, and cells about to be overwritten (or left when the
 decoder closes: the server stopping) are kept there first, so a conversation comes back after a
 restart. ``generate`` (the batch command) evaluates the prefix every request shares once — or takes
@@ -41,8 +41,8 @@ from llmrun.decoding.events import BatchOutcome, BatchRequest, Done, Token
 from llmrun.decoding.speculative import Gate, PromptLookup
 from llmrun.decoding.tokens import common_prefix, reusable
 from llmrun.errors import LlmrunError
-from llmrun.formats.kv_store import MIN_REUSE, MIN_SAVE
 from llmrun.formats.memory import N_BATCH
+from llmrun.models.kv_store import MIN_REUSE, MIN_SAVE
 
 
 @dataclass

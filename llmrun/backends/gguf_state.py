@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmrun.backends.base import LoadParams
-from llmrun.formats.kv_store import KvStore
+from llmrun.models.kv_store import KvStore
 
 
 def seq_state(ctx: Any, seq: int) -> bytes:

@@ -12,7 +12,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.speculative import Draft, Drafter
 
 if TYPE_CHECKING:
-    from llmrun.formats.kv_store import KvStore
+    from llmrun.models.kv_store import KvStore
     from llmrun.structured.grammar import Constraint
 
 

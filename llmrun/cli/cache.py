@@ -21,7 +21,7 @@ app = typer.Typer(
 def ls(json_output: o.JsonOpt = False) -> None:
     """Every kept prefix: its id, model, tokens, size and when it was last used (most recent first)."""
     from llmrun.cli import render
-    from llmrun.formats.kv_store import entries, store_dir
+    from llmrun.models.kv_store import entries, store_dir
     from llmrun.units import format_bytes
 
     kept = sorted(entries(), key=lambda entry: entry.used, reverse=True)
@@ -64,7 +64,7 @@ def rm(
 ) -> None:
     """Remove kept prefixes by id, or every prefix of a model."""
     from llmrun.cli import render
-    from llmrun.formats.kv_store import entries
+    from llmrun.models.kv_store import entries
     from llmrun.units import format_bytes
 
     kept = list(entries())
@@ -86,7 +86,7 @@ def rm(
 def clear() -> None:
     """Remove every kept prefix."""
     from llmrun.cli import render
-    from llmrun.formats.kv_store import remove
+    from llmrun.models.kv_store import remove
     from llmrun.units import format_bytes
 
     count, size = remove()

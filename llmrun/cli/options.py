@@ -292,7 +292,7 @@ def kv_cache_choice(size: str | None, off: bool) -> tuple[int | None, str]:
     """The KV store's limit in bytes (None: off) and where it came from."""
     import os
 
-    from llmrun.formats.kv_store import DEFAULT_LIMIT
+    from llmrun.models.kv_store import DEFAULT_LIMIT
     from llmrun.units import parse_size
 
     if off:

@@ -67,7 +67,7 @@ def load(run_plan: RunPlan) -> Loaded:
 def attach_kv_store(model: LoadedModel, name: str, params: LoadParams, limit: int) -> None:
     """Keep the model's KV cells on disk, under ``limit`` bytes for every model's (the KV store); a
     backend that cannot runs without it."""
-    from llmrun.formats.kv_store import KvStore, model_key
+    from llmrun.models.kv_store import KvStore, model_key
 
     if not isinstance(model, KeepsKv):
         return

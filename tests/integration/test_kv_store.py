@@ -15,7 +15,7 @@ import pytest
 from llmrun.backends.base import LoadParams
 from llmrun.backends.gguf import GgufBackend, GgufModel
 from llmrun.backends.gguf_state import seq_state, set_seq_state
-from llmrun.formats.kv_store import MIN_SAVE, entries, store_dir
+from llmrun.models.kv_store import MIN_SAVE, entries, store_dir
 from tests.support.helpers import invoke
 
 pytestmark = pytest.mark.slow  # a model load per CLI call; the store's own rules are in tests/unit/test_kv_store.py

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from llmrun.errors import UsageError
-from llmrun.formats import kv_store
-from llmrun.formats.kv_store import MIN_REUSE, MIN_SAVE, KvStore, entries, model_key, read_entry
+from llmrun.models import kv_store
+from llmrun.models.kv_store import MIN_REUSE, MIN_SAVE, KvStore, entries, model_key, read_entry
 from llmrun.units import parse_size
 
 LABEL = {"model": "test:model", "backend": "gguf", "kv_type": "f16"}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from llmrun.decoding.tokens import common_prefix
 from llmrun.files import PARTIAL_PREFIX, atomic_output, clean_partials
 
 MAGIC = b"LLMRUNKV"
@@ -94,15 +95,6 @@ class KvEntry:
     @property
     def payload_offset(self) -> int:
         return self.path.stat().st_size - self.payload_size
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class Damaged(Exception):
