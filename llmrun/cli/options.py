@@ -300,7 +300,10 @@ def kv_cache_choice(size: str | None, off: bool) -> tuple[int | None, str]:
             raise UsageError("--no-kv-cache and --kv-cache-size say different things", "give one of them")
         return None, "command line"
     if size is not None:
-        return parse_size(size) or None, "command line"
+        try:
+            return parse_size(size) or None, "command line"
+        except UsageError as exc:
+            raise UsageError(f"--kv-cache-size: {exc.message}", exc.hint) from None
     env = os.environ.get("LLMRUN_KV_CACHE_SIZE")
     if env:
         try:
