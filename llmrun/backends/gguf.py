@@ -103,6 +103,7 @@ class GgufModel:
         self.draft_model_drafter: ModelDrafter | None = None
         self.kv_store: KvStore | None = None  # KV cells kept on disk (see use_kv_store)
         self.kv_point: KeepPoint = "prompt"
+        self._n_swa = int(self._lib.llama_model_n_swa(llama._model.model))  # 0: no sliding window
 
     def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
@@ -134,7 +135,7 @@ class GgufModel:
         """Keep what generations evaluate in ``store`` and start prompts from it (None: stop). A sliding-window
         cache saves only the window, so its kept prefixes are used whole (``KvStore.whole``)."""
         if store is not None:
-            store.whole = int(self._lib.llama_model_n_swa(self.llama._model.model)) > 0
+            store.whole = self._n_swa > 0
         self.kv_store = store
 
     def keep_at(self, point: KeepPoint) -> None:
@@ -162,24 +163,21 @@ class GgufModel:
         prefix (a new question after the same document), and all of it but its last token — cutting the
         live cells back to each (a full-size window still holds every cell; else that point is skipped)."""
         from llmrun.backends.gguf_batch import window_intact
-        from llmrun.backends.gguf_state import seq_state
+        from llmrun.backends.gguf_state import keep
 
         llama, store = self.llama, self.kv_store
         if store is None or not llama.n_tokens:
             return
         if self.kv_point == "answer":
-            tokens = [int(t) for t in llama.input_ids[: llama.n_tokens]]
-            if store.wanted(tokens):
-                store.save(tokens, seq_state(llama._ctx.ctx, 0), replace_shorter=True)
+            keep(store, llama._ctx.ctx, 0, [int(t) for t in llama.input_ids[: llama.n_tokens]], replace_shorter=True)
             return
-        n_swa = int(self._lib.llama_model_n_swa(llama._model.model))
         for point in sorted({len(ids) - 1, store.branch(ids)}, reverse=True):
             if not 0 < point <= llama.n_tokens or not store.wanted(ids[:point]):
                 continue
             llama._ctx.kv_cache_seq_rm(-1, point, -1)
             llama.n_tokens = point
-            if window_intact(self._lib.llama_memory_seq_pos_min(llama._ctx.memory, 0), point, n_swa):
-                store.save(ids[:point], seq_state(llama._ctx.ctx, 0))
+            if window_intact(self._lib.llama_memory_seq_pos_min(llama._ctx.memory, 0), point, self._n_swa):
+                keep(store, llama._ctx.ctx, 0, ids[:point])
 
     # --- tokens ---------------------------------------------------------------
     def tokenize(self, text: str, *, special: bool = False, add_bos: bool = False) -> list[int]:

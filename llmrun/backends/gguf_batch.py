@@ -248,17 +248,17 @@ class BatchDecoder:
         """Keep the cells of each prompt that reached the point the KV store wants (``_Slot.keep_at``)."""
         for slot in self._slots:
             if slot is not None and slot.keep_at and slot.pos == slot.keep_at and self._store is not None:
-                from llmrun.backends.gguf_state import seq_state
+                from llmrun.backends.gguf_state import keep
 
-                self._store.save(slot.cached[: slot.pos], seq_state(self._ctx.ctx, slot.seq))
+                keep(self._store, self._ctx.ctx, slot.seq, slot.cached[: slot.pos])
                 slot.keep_at = 0
 
     def _spill(self, seq: int) -> None:
         """Keep the cells of ``seq`` in the KV store (when it wants them) before they are overwritten."""
-        if self._spills and self._store is not None and self._kept[seq] and self._store.wanted(self._kept[seq]):
-            from llmrun.backends.gguf_state import seq_state
+        if self._spills and self._store is not None and self._kept[seq]:
+            from llmrun.backends.gguf_state import keep
 
-            self._store.save(self._kept[seq], seq_state(self._ctx.ctx, seq), replace_shorter=True)
+            keep(self._store, self._ctx.ctx, seq, self._kept[seq], replace_shorter=True)
 
     def _spill_prompt(self, seq: int) -> None:
         """When the store uses its prefixes whole (a sliding window), also keep the cells of the last prompt
@@ -283,8 +283,7 @@ class BatchDecoder:
         if self._store is not None:
             from llmrun.backends.gguf_state import restore_into
 
-            # the prefix is not a whole prompt: every token of it may come from the store
-            restored = restore_into(self._store, self._ctx.ctx, 0, [*prefix, -1], 0)
+            restored = restore_into(self._store, self._ctx.ctx, 0, prefix, 0, prompt=False)
             if restored is not None:
                 held = restored[1]
                 self._ctx.kv_cache_seq_rm(0, held, -1)
@@ -295,10 +294,10 @@ class BatchDecoder:
             self._batch.batch.n_tokens = len(chunk)
             self._ctx.decode(self._batch)
         self._kept[0][:] = prefix
-        if held < len(prefix) and self._store is not None and self._store.wanted(prefix):
-            from llmrun.backends.gguf_state import seq_state
+        if held < len(prefix) and self._store is not None:
+            from llmrun.backends.gguf_state import keep
 
-            self._store.save(prefix, seq_state(self._ctx.ctx, 0))
+            keep(self._store, self._ctx.ctx, 0, prefix)
         for seq in range(1, len(self._slots)):
             self._ctx.kv_cache_seq_rm(seq, -1, -1)
             self._ctx.kv_cache_seq_cp(0, seq, -1, -1)

@@ -53,12 +53,15 @@ def kv_settings(params: LoadParams, flash_attn: bool, swa_full: bool) -> dict[st
     }
 
 
-def restore_into(store: KvStore, ctx: Any, seq: int, ids: Sequence[int], held: int) -> tuple[list[int], int] | None:
-    """Fill sequence ``seq`` from the store's best entry for ``ids`` when it spares more than the ``held``
-    tokens the cells already have: the entry's tokens (the cells now hold them all) and how many of
-    ``ids`` they spare. None when nothing better was found (the cells are as they were); no tokens when
-    llama.cpp refused the entry's cells (the sequence is empty then)."""
-    found = store.lookup(ids, better_than=held)
+def restore_into(
+    store: KvStore, ctx: Any, seq: int, ids: Sequence[int], held: int, *, prompt: bool = True
+) -> tuple[list[int], int] | None:
+    """Fill sequence ``seq`` from the store's best entry for ``ids`` (a prompt, whose last token is evaluated
+    for its logits; else a prefix, all of which may come from the store) when it spares more than the
+    ``held`` tokens the cells already have: the entry's tokens (the cells now hold them all) and how many
+    of ``ids`` they spare. None when nothing better was found (the cells are as they were); no tokens
+    when llama.cpp refused the entry's cells (the sequence is empty then)."""
+    found = store.lookup(ids, better_than=held, prompt=prompt)
     if found is None:
         return None
     entry, usable = found
@@ -71,3 +74,9 @@ def restore_into(store: KvStore, ctx: Any, seq: int, ids: Sequence[int], held: i
     if not set_seq_state(ctx, seq, payload):
         return [], 0
     return list(entry.tokens), usable
+
+
+def keep(store: KvStore, ctx: Any, seq: int, tokens: Sequence[int], *, replace_shorter: bool = False) -> None:
+    """Keep the cells of sequence ``seq`` (holding ``tokens``) in the store when it wants them."""
+    if store.wanted(tokens):
+        store.save(tokens, seq_state(ctx, seq), replace_shorter=replace_shorter)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -25,7 +25,7 @@ def ls(json_output: o.JsonOpt = False) -> None:
     from llmrun.units import format_bytes
 
     kept = sorted(entries(), key=lambda entry: entry.used, reverse=True)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": entry.path.stem[:12],
             "model": str(entry.label.get("model", "?")),
@@ -37,7 +37,7 @@ def ls(json_output: o.JsonOpt = False) -> None:
         }
         for entry in kept
     ]
-    total = sum(row["bytes"] for row in rows)  # type: ignore[misc]
+    total = sum(row["bytes"] for row in rows)
     if json_output:
         render.print_json({"directory": str(store_dir()), "bytes": total, "entries": rows})
         return
@@ -48,7 +48,7 @@ def ls(json_output: o.JsonOpt = False) -> None:
         f"KV store: {len(rows)} prefixes, {format_bytes(total)} in {store_dir()}",
         ["id", "model", "backend", "KV", "tokens", "size", "last used"],
         [
-            (r["id"], r["model"], r["backend"], r["kv_type"], f"{r['tokens']:,}", format_bytes(r["bytes"]), r["used"])  # type: ignore[arg-type]
+            (r["id"], r["model"], r["backend"], r["kv_type"], f"{r['tokens']:,}", format_bytes(r["bytes"]), r["used"])
             for r in rows
         ],
         stdout=True,

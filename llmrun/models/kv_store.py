@@ -239,14 +239,28 @@ class KvStore:
         self.limit = limit
         self.whole = False
         self.saved = 0  # entries written by this process
+        self._listing: tuple[int, list[KvEntry]] | None = None  # (the folder's mtime, its entries)
 
-    def lookup(self, ids: Sequence[int], better_than: int = 0) -> tuple[KvEntry, int] | None:
+    def _entries(self) -> list[KvEntry]:
+        """This model's entries, read again only when its folder changed (a file added, renamed or removed:
+        a lookup, a keep and its checks read the headers once between them; this store's own writes and
+        removals start a new reading). A file damaged in place is still caught: every payload is checked as
+        it is loaded."""
+        try:
+            stamp = (self.directory / self.key).stat().st_mtime_ns
+        except OSError:
+            return []
+        if self._listing is None or self._listing[0] != stamp:
+            self._listing = (stamp, list(entries(self.directory, self.key)))
+        return self._listing[1]
+
+    def lookup(self, ids: Sequence[int], better_than: int = 0, *, prompt: bool = True) -> tuple[KvEntry, int] | None:
         """The entry that spares the most of ``ids`` and how many tokens it spares (its common prefix,
         less the last prompt token, which is evaluated for its logits); None unless it spares at least
         :data:`MIN_REUSE` and more than ``better_than`` (what the model's cells already hold)."""
         best: tuple[KvEntry, int] | None = None
-        for entry in entries(self.directory, self.key):
-            usable = min(common_prefix(entry.tokens, ids), len(ids) - 1)
+        for entry in self._entries():
+            usable = min(common_prefix(entry.tokens, ids), len(ids) - 1 if prompt else len(ids))
             if usable < max(MIN_REUSE, better_than + 1) or (self.whole and usable < len(entry.tokens)):
                 continue
             if best is None or (usable, -entry.payload_size) > (best[1], -best[0].payload_size):
@@ -257,7 +271,7 @@ class KvStore:
         """Where ``ids`` leaves the longest prefix it shares with an entry that goes on differently (a
         new question after the same document), when that prefix is worth keeping by itself; else 0."""
         longest = 0
-        for entry in entries(self.directory, self.key):
+        for entry in self._entries():
             shared = common_prefix(entry.tokens, ids)
             if shared < len(entry.tokens) and shared < len(ids) - 1:
                 longest = max(longest, shared)
@@ -268,9 +282,11 @@ class KvStore:
         try:
             payload = read_payload(entry)
         except FileNotFoundError:
+            self._listing = None
             return None
         except (Damaged, OSError) as exc:
             discard(entry.path, str(exc))
+            self._listing = None
             return None
         with contextlib.suppress(OSError):
             os.utime(entry.path)  # least recently used goes first
@@ -284,7 +300,7 @@ class KvStore:
         return not any(
             (len(entry.tokens) == len(tokens) or (len(entry.tokens) > len(tokens) and not self.whole))
             and common_prefix(entry.tokens, tokens) == len(tokens)
-            for entry in entries(self.directory, self.key)
+            for entry in self._entries()
         )
 
     def save(self, tokens: Sequence[int], payload: bytes, *, replace_shorter: bool = False) -> KvEntry | None:
@@ -300,11 +316,13 @@ class KvStore:
             _log.warning("KV cache: could not keep %d tokens (%s)", len(tokens), exc.strerror or exc)
             return None
         self.saved += 1
-        for other in entries(self.directory, self.key) if replace_shorter else ():
+        self._listing = None
+        for other in self._entries() if replace_shorter else ():
             extended = len(other.tokens) < len(tokens) and common_prefix(other.tokens, tokens) == len(other.tokens)
             if extended and other.path != entry.path:
                 other.path.unlink(missing_ok=True)
         evict(self.directory, self.limit, keep=entry.path)
+        self._listing = None
         return entry
 
 
