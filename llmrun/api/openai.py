@@ -56,6 +56,7 @@ CHAT_FIELDS = COMMON | {
     "parallel_tool_calls",
     "chat_template_kwargs",
     "reasoning_effort",
+    "continue_final_message",
 }
 COMPLETION_FIELDS = COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of", "response_format"}
 # OpenAI fields llmrun does not do: a 400 that names them
@@ -291,6 +292,9 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     think, template_kwargs = template_variables(body)
     per_token = max(int(top or 0), 1) if want else 0
     fmt, tools = parse_response_format(body), parse_tools(body)
+    continue_final = bool(_typed(body, "continue_final_message", bool, "a boolean"))
+    if continue_final and messages[-1].role != "assistant":
+        raise bad_field("continue_final_message", "continue_final_message needs the last message to be the assistant's")
     requests = tuple(
         Request(
             messages=messages,
@@ -300,6 +304,7 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
             tools=tools,
             think=think,
             template_kwargs=template_kwargs,
+            continue_final=continue_final,
         )
         for i in range(n)
     )

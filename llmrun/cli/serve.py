@@ -128,13 +128,30 @@ def serve(
             rich_help_panel=SERVER,
         ),
     ] = False,
+    no_ui: Annotated[
+        bool,
+        typer.Option(
+            "--no-ui",
+            help="No web page at / (the APIs only).",
+            rich_help_panel=SERVER,
+        ),
+    ] = False,
+    open_page: Annotated[
+        bool,
+        typer.Option(
+            "--open",
+            help="Open the web page in a browser once the server listens.",
+            rich_help_panel=SERVER,
+        ),
+    ] = False,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
     kv_cache_size: o.KvCacheSizeOpt = None,
     no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
 ) -> None:
-    """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).
+    """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models), Ollama's (/api) and a web
+    page at / (a chat that shows each token's probability and what else the model could have said).
 
     Examples:
 
@@ -150,6 +167,8 @@ def serve(
     from llmrun.server.state import ServerConfig
 
     key = _api_key(api_key, api_key_file)
+    if no_ui and open_page:
+        raise UsageError("--open opens the web page, and --no-ui turns it off", "drop one of them")
     if not is_loopback(host) and key is None and not no_auth:
         raise UsageError(
             f"--host {host} makes the server reachable from other machines, and it has no API key",
@@ -175,6 +194,7 @@ def serve(
         template=o.template_choice(template),
         draft=o.draft_choice(draft, draft_tokens),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
+        ui=not no_ui,
     )
     if config.kv_cache[0]:
         from llmrun.cli import render
@@ -182,7 +202,7 @@ def serve(
         render.show_warnings("llmrun.kv")
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)
-    _run(config, host, port, warn_open=not is_loopback(host) and key is None)
+    _run(config, host, port, warn_open=not is_loopback(host) and key is None, open_page=open_page)
 
 
 DEFAULT_PORT = 8080
@@ -241,7 +261,7 @@ def _duration(text: str) -> float | None:
     return seconds
 
 
-def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None:
+def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool, open_page: bool = False) -> None:
     from llmrun.cli import render
     from llmrun.server.run import run
     from llmrun.server.state import Served, ServerState
@@ -261,6 +281,11 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool) -> None
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
     base = f"http://{_shown_host(host)}:{port}"
     render.note(f"listening on {base}/v1 (OpenAI) and {base}/api (Ollama) (Ctrl-C stops)")
+    if config.ui:
+        page = f"http://{_shown_host(_local_host(host))}:{port}/"
+        render.note(f"the web page: {page}")
+        if open_page:
+            _open_when_listening(page, host, port)
     run(state, host, port)
     render.note("stopped")
 
@@ -269,6 +294,35 @@ def _default_name() -> str:
     from llmrun.models.registry import default_model_name, load_registry
 
     return default_model_name(load_registry())[0]
+
+
+def _local_host(host: str) -> str:
+    """Where a browser on this machine reaches a server bound to ``host`` (a wildcard bind: loopback)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _open_when_listening(page: str, host: str, port: int, timeout: float = 60.0) -> None:
+    """The page in the user's browser once the port accepts connections (the models are loaded by then)."""
+    import socket
+    import threading
+    import time
+    import webbrowser
+
+    def wait_and_open() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((_local_host(host), port), timeout=1).close()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            if not webbrowser.open(page):
+                from llmrun.cli import render
+
+                render.note(f"no browser to open here: visit {page}")
+            return
+
+    threading.Thread(target=wait_and_open, name="llmrun open page", daemon=True).start()
 
 
 def _shown_host(host: str) -> str:

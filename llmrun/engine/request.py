@@ -41,6 +41,7 @@ class Request:
     tools: ToolUse | None = None  # functions the model may (or must) call
     think: bool | None = None  # a reasoning model's enable_thinking (None: the template's default)
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
+    continue_final: bool = False  # the answer continues the last (assistant) message instead of a new turn
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -57,6 +58,10 @@ class Request:
             raise InvalidParameter("logprobs", self.logprobs, f"an integer from 0 to {MAX_LOGPROBS}")
         if self.tools is not None and not self.messages:
             raise InvalidParameter("tools", "given", "given with messages (a conversation), not a plain prompt")
+        if self.continue_final and (not self.messages or self.messages[-1].role != "assistant"):
+            raise InvalidParameter(
+                "continue_final_message", True, "given with a conversation whose last message is the assistant's"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +199,9 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
     else:
         messages = generic_messages(messages, request.tools)
     template = templates.for_request(request)
-    prompt = render_prompt(model, template, messages, tools=tools, variables=request.variables)
+    prompt = render_prompt(
+        model, template, messages, tools=tools, variables=request.variables, continue_final=request.continue_final
+    )
     return _nonempty(Prepared(prompt, "chat template", thinking_for(template, prompt.text)))
 
 

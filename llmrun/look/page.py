@@ -1,6 +1,7 @@
 """``llmrun look --html``: one self-contained page — no network, no CDN, no fonts from the internet.
 
-The page (``page.html``: its CSS and script inline) carries the ``--json`` report in a
+The page (``page.html``, with ``look.css`` and ``look.js`` inlined: the views the page at ``/`` of
+``llmrun serve`` shows too) carries the ``--json`` report in a
 ``<script type="application/json">`` block; its Content-Security-Policy allows nothing to
 load from anywhere, so it opens the same offline, from a file or from an e-mail.
 """
@@ -16,7 +17,13 @@ from typing import Any
 
 @cache
 def _template() -> str:
-    return files("llmrun.look").joinpath("page.html").read_text(encoding="utf-8")
+    here = files("llmrun.look")
+    return (
+        here.joinpath("page.html")
+        .read_text(encoding="utf-8")
+        .replace("__CSS__", here.joinpath("look.css").read_text(encoding="utf-8"))
+        .replace("__SCRIPT__", here.joinpath("look.js").read_text(encoding="utf-8").replace("</", "<\\/"))
+    )
 
 
 def embedded_json(value: Any) -> str:

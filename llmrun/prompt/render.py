@@ -32,18 +32,21 @@ def render_prompt(
     messages: Sequence[Message],
     *,
     add_generation_prompt: bool = True,
+    continue_final: bool = False,
     tools: Sequence[dict[str, Any]] | None = None,
     variables: Mapping[str, Any] | None = None,
 ) -> Prompt:
     """A conversation rendered through ``template`` (with ``tools`` for templates that describe them,
-    ``variables`` such as ``enable_thinking``) and tokenized so that user text never becomes special
+    ``variables`` such as ``enable_thinking``; ``continue_final``: the prompt ends inside the last message,
+    transformers' ``continue_final_message``) and tokenized so that user text never becomes special
     tokens: the special-token strings inside user-supplied values are marked in a second rendering,
     found in the real one by aligning the two (``template.attribute``), and tokenized as plain text."""
     bos, eos = model.bos_id, model.eos_id
     context = Context(
         bos_token=model.detokenize([bos], special=True) if bos is not None else "",
         eos_token=model.detokenize([eos], special=True) if eos is not None else "",
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=add_generation_prompt and not continue_final,
+        continue_final_message=continue_final,
         tools=tuple(tools) if tools else None,
         variables=dict(variables or {}),
     )

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrun import __version__
 from llmrun.api.errors import ApiError
-from llmrun.server import ollama_routes, openai_routes
+from llmrun.server import look_routes, ollama_routes, openai_routes, web
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import ServerConfig, ServerState
 
@@ -105,6 +105,9 @@ def create_app(state: ServerState) -> FastAPI:
 
     openai_routes.add_routes(app, state, metrics)
     ollama_routes.add_routes(app, state, metrics)
+    look_routes.add_routes(app, state)
+    if state.config.ui:
+        web.add_routes(app)
 
     return app
 
@@ -125,6 +128,8 @@ KNOWN = {
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/embeddings",
+    look_routes.PATH,
+    "/",
 }
 KNOWN |= {
     f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings", "pull")
@@ -161,7 +166,8 @@ class Guard:
 
         try:
             try:
-                _authorize(request, self.config.api_key)
+                if not (self.config.ui and web.is_page_path(endpoint)):  # the page asks for the key itself
+                    _authorize(request, self.config.api_key)
                 _check_length(request, self.config.max_body_bytes)
             except ApiError as exc:
                 await _error_response(exc, endpoint)(scope, receive, counted)

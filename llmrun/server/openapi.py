@@ -199,6 +199,7 @@ def _chat_request(names: list[str], limits: Limits) -> Schema:
                 }
             ),
             "reasoning_effort": nullable({"enum": list(REASONING_EFFORTS)}),
+            "continue_final_message": nullable({"type": "boolean"}),
             "store": nullable({"type": "boolean", "const": False}),
             "metadata": nullable({"type": "object"}),
         },

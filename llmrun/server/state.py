@@ -51,6 +51,7 @@ class ServerConfig:
     template: tuple[str, str] | None = None  # --template: the chat template every model uses, and its source
     draft: Draft | None = None  # --draft: speculative decoding for every model (None: each model's models.toml)
     kv_cache: tuple[int | None, str] = (None, "default")  # the KV store's limit in bytes (None: off), and its source
+    ui: bool = True  # the page at / (serve --no-ui: off)
 
 
 @dataclass
