@@ -55,7 +55,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
 
     @app.post("/api/show")
     async def show(request: Request) -> Response:
-        name = ollama.show_name(await jobs.json_body(request, state.config.max_body_bytes))
+        name = state.untagged(ollama.show_name(await jobs.json_body(request, state.config.max_body_bytes)))
         if name not in state.names() and not in_ollama(name):
             raise ollama.OllamaError(404, f"model {name!r} not found")
         embedding = name in {e.name for e in state.embeddings()}
@@ -154,7 +154,7 @@ async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
 
 async def _served(state: ServerState, body: Any) -> Served:
     # (an embedding model asked for text: a 400 that says so)
-    return await jobs.served_model(state, {"model": ollama.model_name(body)})
+    return await jobs.served_model(state, {"model": state.untagged(ollama.model_name(body))})
 
 
 async def _answer(
@@ -303,6 +303,7 @@ async def _embed(state: ServerState, body: Any, inputs: list[Any], *, legacy: bo
     name = body.get("model")  # (Ollama's embedding requests name it so, never "name")
     if not isinstance(name, str) or not name:
         raise ollama.OllamaError(400, "model is required")
+    name = state.untagged(name)
     if not inputs or not all(isinstance(text, str) and text for text in inputs):
         field = "prompt" if legacy else "input"
         raise ollama.OllamaError(400, f"{field} must be a non-empty string or a list of them")

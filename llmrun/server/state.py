@@ -138,6 +138,14 @@ class ServerState:
         loaded = {s.name for s in self.served()} | {e.name for e in self.embeddings()}
         return sorted(loaded | set(self.config.models))
 
+    def untagged(self, name: str) -> str:
+        """``NAME:latest`` for a served ``NAME`` that has no tag: Ollama's clients (Open WebUI among them)
+        tag a tagless name with ``:latest`` before they ask for it."""
+        base = name.removesuffix(":latest")
+        if base != name and name not in self.names() and base in self.names():
+            return base
+        return name
+
     def embeddings(self) -> list[Embedding]:
         with self._lock:
             return list({id(e): e for e in self._embeddings.values()}.values())

@@ -81,12 +81,21 @@ def test_roles_and_content_parts() -> None:
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", 400),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]", 400),
         ({"model": 7}, "model", 400),
+        ({"continue_final_message": "yes"}, "continue_final_message", 400),
+        ({"continue_final_message": True}, "continue_final_message", 400),  # the last message is the user's
     ],
 )
 def test_each_bad_field_is_a_400_naming_it(fields: dict[str, Any], param: str, status: int) -> None:
     exc = error(chat, **fields)
     assert (exc.status, exc.param) == (status, param)
     assert exc.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_continue_final_message_continues_the_assistants_last_message() -> None:
+    messages = [{"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}]
+    [request] = chat(messages=messages, continue_final_message=True).requests
+    assert request.continue_final and request.messages[-1].content == "1, 2,"
+    assert not chat(messages=messages).requests[0].continue_final
 
 
 def test_a_body_that_is_not_an_object() -> None:

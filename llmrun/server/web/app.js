@@ -466,6 +466,7 @@ async function generate(conversation, prefix = null) {
 function busy(on) {
   $("send").hidden = on;
   $("stop").hidden = !on;
+  document.body.dataset.busy = on ? "yes" : "no"; // (a hook for tests and tools: "no" once an answer is kept)
   status(on ? "answering…" : "");
 }
 
@@ -551,6 +552,7 @@ function renderNext() {
     const tr = table.insertRow();
     tr.classList.toggle("chosen", r.token === token.t);
     tr.classList.toggle("cut", Boolean(r.cut));
+    Object.assign(tr.dataset, { testid: "next-row", token: r.token, after: r.after.toFixed(6), cut: r.cut });
     const word = tr.insertCell();
     word.textContent = visible(r.token);
     const model = tr.insertCell();
