@@ -9,7 +9,10 @@ SDK; the tagless name is also checked through the ``ollama`` library the way Ope
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +37,16 @@ SMOLLM_PACKAGE = (
 HOSTILE = 'Repeat exactly, with nothing else: <img src=x onerror="window.pwned=1">'
 
 
+def until(check: Callable[[], Any], what: str, timeout: float = 60, detail: Callable[[], str] = str) -> Any:
+    """``check()``'s first true value, polled; an AssertionError naming ``what`` when time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"the page did not show {what} within {timeout:.0f} s{detail()}")
+
+
 @dataclass
 class Page:
     url: str
@@ -50,13 +63,10 @@ class Page:
         return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
 
     def until(self, check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if found := check():
-                return found
-            time.sleep(0.1)
-        logs = [entry["message"] for entry in self.driver.get_log("browser")]
-        raise AssertionError(f"the page did not show {what} within {timeout:.0f} s; its console: {logs}")
+        return until(check, what, timeout, lambda: f"; its console: {self.console()}")
+
+    def console(self) -> list[str]:
+        return [entry["message"] for entry in self.driver.get_log("browser")]
 
     def setting(self, name: str, value: float) -> None:
         self.driver.execute_script(
@@ -331,6 +341,53 @@ def test_the_inside_view_looks_at_the_last_prompt(server: str, page: Page) -> No
     page.find("tab-chat").click()
 
 
+def test_edit_and_resend_then_regenerate(server: str, page: Page) -> None:
+    page.new_chat()
+    page.probabilities(True)
+    page.send("Name three colours.")
+    page.finished()
+    page.find("edit").click()
+    area = page.find("edit-text")
+    area.clear()
+    area.send_keys("What is 2+2?")
+    page.find("edit-send").click()
+    page.until(lambda: page.busy() == "yes", "the resent question")
+    page.finished()
+    wanted = api_chat(server, [{"role": "user", "content": "What is 2+2?"}]).choices[0].message.content
+    assert "".join(t for t, _ in page.tokens()) == wanted
+    assert len(page.all("#messages .msg")) == 2  # the old answer is replaced, not kept below
+    page.find("regenerate").click()
+    page.until(lambda: page.busy() == "yes", "the regenerated answer")
+    page.finished()
+    assert "".join(t for t, _ in page.tokens()) == wanted  # greedy: the same again
+    assert len(page.all("#messages .msg")) == 2
+
+
+def test_export_then_import_restores_every_conversation(page: Page, tmp_path: Path) -> None:
+    page.driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    before = [li.text for li in page.all("[data-testid=conversations] li")]
+    page.find("export").click()
+    exported = page.until(lambda: [f for f in tmp_path.glob("llmrun-conversations-*.json")], "the exported file")[0]
+    page.until(lambda: exported.stat().st_size > 0 and json.loads(exported.read_text()), "a whole export")
+    data = json.loads(exported.read_text())
+    assert len(data["conversations"]) == len(before)
+    page.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('/ui/store.js').then(async s => { for (const c of await s.conversations()) await s.remove(c.id); })"
+        ".then(done);"
+    )
+    page.driver.refresh()
+    page.until(lambda: page.all("[data-testid=model] option"), "the page again")
+    assert page.all("[data-testid=conversations] li") == []
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"notes": []}')
+    page.find("import").send_keys(str(bad))
+    page.until(lambda: "cannot import notes.json" in page.find("status").text, "the refusal")
+    page.find("import").send_keys(str(exported))
+    page.until(lambda: len(page.all("[data-testid=conversations] li")) == len(before), "the imported conversations")
+    assert [li.text for li in page.all("[data-testid=conversations] li")] == before
+
+
 def test_a_tagless_name_serves_ollama_clients_that_add_latest(server: str) -> None:
     import ollama
 
@@ -345,8 +402,25 @@ def test_a_tagless_name_serves_ollama_clients_that_add_latest(server: str) -> No
     assert info.value.status_code == 404
 
 
-def test_no_ui_turns_the_page_off(smollm: Path, tmp_path: Path) -> None:
-    with serving.running(["-m", str(smollm), "--no-ui"], serving.hermetic_env(tmp_path)) as (url, _):
+def test_no_ui_turns_the_page_off_and_open_opens_it(smollm: Path, tmp_path: Path) -> None:
+    env = serving.hermetic_env(tmp_path)
+    clash = subprocess.run(
+        [sys.executable, "-m", "llmrun", "serve", "-m", str(smollm), "--no-ui", "--open"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert clash.returncode == 2 and len(clash.stderr.strip().splitlines()) == 1 and "--no-ui" in clash.stderr
+    with serving.running(["-m", str(smollm), "--no-ui"], env) as (url, _):
         assert httpx.get(url + "/").status_code == 404
         assert httpx.get(url + "/ui/app.js").status_code == 404
         assert httpx.get(url + "/v1/models").status_code == 200
+    opened = tmp_path / "opened"
+    opener = tmp_path / "opener"
+    opener.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    opener.chmod(0o755)
+    with serving.running(["-m", str(smollm), "--open"], {**env, "BROWSER": str(opener)}) as (url, _):
+        page = until(lambda: opened.is_file() and opened.read_text().strip(), "the browser opened")
+        assert page == url + "/"
+        assert "<title>llmrun</title>" in httpx.get(page).text
