@@ -28,6 +28,8 @@ FLAGS = {
     "n_gpu_layers": "--gpu-layers",
     "kv_type": "--kv-bits",
     "max_kv_size": "--max-kv-size",
+    "flash_attn": "--flash-attn",
+    "show_special": "--show-special",
     "rpc": "--rpc",
     "rpc_allow_remote": "--rpc-allow-remote",
     "backend": "--backend",

@@ -2,8 +2,9 @@
 
 A chat stream opens with each choice's role, then sends text deltas (a reasoning model's reasoning as
 ``reasoning_content`` deltas), each choice's ``finish_reason`` when its Result comes, and the usage
-chunk when the client asked for it. With tools, text is held until it is clear it is not a call,
-and the calls are sent whole from the finished answer. The server frames these as server-sent events.
+chunk when the client asked for it. With tools, text is held until it is clear it is not a call; a
+call's id and name are sent as soon as its name is written and its arguments in fragments as they are
+generated, as OpenAI streams them. The server frames these as server-sent events.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from llmrun.api.openai import Call, finish_reason, usage
 from llmrun.api.openai_tools import tool_call_deltas
 from llmrun.decoding.events import Token
 from llmrun.engine.result import Result
+from llmrun.structured.callstream import CallStart, CallStream
 from llmrun.structured.tools import Dialect, TextStream
 
 UNFINISHED = {"finish_reason": None}
@@ -28,7 +30,9 @@ class ChunkStream:
         self.chat = chat
         self.kind = "chat.completion.chunk" if chat else "text_completion"
         self.remaining = len(call.requests)
+        self.dialect = dialect
         self.texts = [TextStream(dialect) for _ in call.requests] if dialect is not None else None
+        self.calls = [CallStream(dialect) for _ in call.requests] if dialect is not None else []
         self.results: dict[int, Result] = {}
 
     def start(self) -> list[dict[str, Any]]:
@@ -42,10 +46,13 @@ class ChunkStream:
         if event.reasoning and self.chat:
             thought = {"reasoning_content": event.reasoning}
             chunks.append(self._chunk([{"index": index, "delta": thought, "logprobs": None, **UNFINISHED}]))
-        if self.texts is not None:  # with tools: text once the answer shows it is not a call
-            shown = self.texts[index].feed(event.text)
+        if self.texts is not None:  # with tools: text once the answer shows it is not a call, else calls
+            text = self.texts[index]
+            shown = text.feed(event.text)
             if shown:
                 chunks.append(self._chunk([self._choice(index, shown, None)]))
+            if text.state == "calls":
+                chunks += self._calls(index)
         elif event.text:
             logprobs = token_logprobs(event, self.call.logprobs, self.chat)
             chunks.append(self._chunk([self._choice(index, event.text, None, logprobs)]))
@@ -56,11 +63,12 @@ class ChunkStream:
         self.remaining -= 1
         self.results[index] = event
         chunks = []
-        if self.texts is not None:  # the calls, read from the whole answer; any text not yet shown
-            for delta in tool_call_deltas(event.tool_calls):
-                chunks.append(
-                    self._chunk([{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, **UNFINISHED}])
-                )
+        if self.texts is not None:  # the calls' last fragments (or whole, where none streamed); any text not shown
+            if self.texts[index].state == "calls":
+                chunks += self._calls(index)
+            streamed = self.calls[index].calls
+            for delta in tool_call_deltas(event.tool_calls[streamed:], first=streamed):
+                chunks.append(self._tool_chunk(index, delta))
             shown, content = self.texts[index].shown, event.content or ""
             if not event.tool_calls and content.startswith(shown) and content != shown:
                 chunks.append(self._chunk([self._choice(index, content[len(shown) :], None)]))
@@ -72,6 +80,22 @@ class ChunkStream:
         if not self.call.include_usage:
             return []
         return [self._chunk([], usage=usage([self.results[i] for i in sorted(self.results)], self.call.n))]
+
+    def _calls(self, index: int) -> list[dict[str, Any]]:
+        """What the answer's calls added since the last chunk: a call's id and name, or arguments text."""
+        assert self.texts is not None and self.dialect is not None
+        chunks = []
+        for event in self.calls[index].advance(self.texts[index].buffer):
+            if isinstance(event, CallStart):
+                function = {"name": event.name, "arguments": ""}
+                delta = {"index": event.index, "id": self.dialect.new_id(), "type": "function", "function": function}
+            else:
+                delta = {"index": event.index, "function": {"arguments": event.text}}
+            chunks.append(self._tool_chunk(index, [delta]))
+        return chunks
+
+    def _tool_chunk(self, index: int, delta: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._chunk([{"index": index, "delta": {"tool_calls": delta}, "logprobs": None, **UNFINISHED}])
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {**self.head, "object": self.kind, "choices": choices, **extra}

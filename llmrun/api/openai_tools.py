@@ -9,6 +9,7 @@ them, all checked field by field against OpenAI's API reference: a malformed one
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from llmrun.api.errors import bad_field
@@ -113,11 +114,11 @@ def tool_calls_json(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
-def tool_call_deltas(calls: tuple[ToolCall, ...]) -> list[list[dict[str, Any]]]:
+def tool_call_deltas(calls: Sequence[ToolCall], first: int = 0) -> list[list[dict[str, Any]]]:
     """The ``delta.tool_calls`` of streamed chunks, as OpenAI streams them: each call's id and name with
-    empty arguments, then its arguments."""
+    empty arguments, then its arguments (``first``: the index of the first of ``calls``)."""
     deltas = []
-    for index, c in enumerate(calls):
+    for index, c in enumerate(calls, start=first):
         head = {"index": index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
         deltas += [[head], [{"index": index, "function": {"arguments": c.arguments}}]]
     return deltas

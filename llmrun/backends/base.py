@@ -43,6 +43,7 @@ class LoadParams:
     max_kv_size: int | None = None  # MLX: a rotating KV cache of this many tokens (None: grows to n_ctx)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) that hold the offloaded layers
     flash_attn: bool | None = None  # GGUF: llama.cpp's flash attention (None: by the model, see backends.attention)
+    show_special: bool = False  # answers keep control and markup tokens as text (llama.cpp's --special)
 
     def __post_init__(self) -> None:
         if self.kv_type not in KV_TYPES:

@@ -185,7 +185,9 @@ class GgufModel:
         return ids
 
     def piece(self, token_id: int, special: bool = False) -> bytes:
-        """The bytes of one token; control tokens are empty unless ``special``."""
+        """The bytes of one token; control tokens, and user-defined tokens that are markup
+        (:mod:`llmrun.decoding.markers`), are empty unless ``special`` (or the model was loaded to show them)."""
+        special = special or self.load_params.show_special
         cached = self._pieces.get((token_id, special))
         if cached is not None:
             return cached
@@ -197,6 +199,10 @@ class GgufModel:
                 break
             size = -n
         value = buffer.raw[:n]
+        if not special and value and self.token_kind(token_id) == "user":
+            from llmrun.decoding.markers import is_hidden_marker
+
+            value = b"" if is_hidden_marker(value.decode("utf-8", "replace")) else value
         self._pieces[(token_id, special)] = value
         return value
 

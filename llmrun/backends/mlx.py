@@ -116,6 +116,7 @@ class MlxModel:
         return [bos, *ids] if add_bos and bos is not None else ids
 
     def token_bytes(self, token_id: int, *, special: bool = False) -> bytes:
+        special = special or self.load_params.show_special
         key = (token_id, special)
         cached = self._pieces.get(key)
         if cached is None:

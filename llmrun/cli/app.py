@@ -74,7 +74,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: bash, zsh, fish, PowerShell
 )
 
 
@@ -205,5 +205,13 @@ def command_named(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    command = command_named(sys.argv[1:])
+    command = command_named(_completing() or sys.argv[1:])
     (build(command) if command is not None else listing())()
+
+
+def _completing() -> list[str]:
+    """The words a shell asks completions for (Typer's scripts pass them in the environment, not argv)."""
+    if "_LLMRUN_COMPLETE" not in os.environ:
+        return []
+    words = os.environ.get("_TYPER_COMPLETE_ARGS") or os.environ.get("COMP_WORDS", "")
+    return words.split()[1:]

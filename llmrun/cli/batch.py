@@ -74,6 +74,7 @@ def batch(
         ),
     ] = None,
     threads: o.ThreadsOpt = None,
+    flash_attn: o.FlashAttnOpt = None,
     draft: o.DraftOpt = None,
     draft_tokens: o.DraftTokensOpt = None,
     kv_cache_size: o.KvCacheSizeOpt = None,
@@ -98,13 +99,10 @@ def batch(
     """
     from llmrun.api import batch as batchio
     from llmrun.cli import render
-    from llmrun.cli.run import plan
+    from llmrun.cli.run import check_format, plan
 
     constrained = o.response_format(answer_format, schema, grammar)
-    if constrained is not None:
-        from llmrun.structured.grammar import compile_format
-
-        compile_format(constrained)
+    check_format(constrained)
     chosen = o.template_choice(template)
     lines = _read(source)
     items, problems = [], []
@@ -130,7 +128,7 @@ def batch(
     if done_ids:
         render.note(f"resuming: {len(items) - len(todo)} of {len(items)} already in {output}")
     flags = o.sampling_values(locals())
-    load_flags = o.load_values(ctx, threads, None, rpc=rpc, rpc_allow_remote=rpc_allow_remote)
+    load_flags = o.load_values(ctx, threads, None, rpc=rpc, rpc_allow_remote=rpc_allow_remote, flash_attn=flash_attn)
     run_plan = plan(
         model,
         flags,

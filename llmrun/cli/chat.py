@@ -64,6 +64,8 @@ def chat(
     gpu_layers: o.GpuLayersOpt = None,
     backend: o.BackendOpt = "auto",
     kv_bits: o.KvBitsOpt = None,
+    flash_attn: o.FlashAttnOpt = None,
+    show_special: o.ShowSpecialOpt = False,
     max_kv_size: o.MaxKvSizeOpt = None,
     rpc: o.RpcOpt = None,
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
@@ -86,7 +88,7 @@ def chat(
     Input: Enter sends; Esc then Enter (or a \"\"\" block) adds lines. Piped stdin: one message per line.
     """
     from llmrun.cli import render
-    from llmrun.cli.run import plan
+    from llmrun.cli.run import check_format, plan
     from llmrun.engine.chat import ChatSession
     from llmrun.engine.core import Engine
 
@@ -95,12 +97,11 @@ def chat(
     chosen = o.template_choice(template)
     flags = o.sampling_values(locals())
     constrained = o.response_format(answer_format, schema, grammar)
-    if constrained is not None:
-        from llmrun.structured.grammar import compile_format
-
-        compile_format(constrained)
+    check_format(constrained)
     model = model or (None if endpoint else chat_default())
-    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote)
+    load_flags = o.load_values(
+        ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote, flash_attn, show_special
+    )
     run_plan = plan(
         model,
         flags,
@@ -401,7 +402,9 @@ class Repl:
             self.note(f"[dropped the {report.dropped_turns} oldest turn(s) to fit the context]")
         if report and report.stats and report.stats.finish_reason == "context":
             self.note("[the answer filled the context and was cut]")
-        if report and report.stats and report.stats.valid is False:
+        if report and report.stats and report.stats.valid is False and report.stats.finish_reason == "eos":
+            self.note("[the answer does not match the schema as written: more than one `oneOf` branch]")
+        elif report and report.stats and report.stats.valid is False:
             cut = "max_tokens" if report.stats.finish_reason == "length" else report.stats.finish_reason
             self.note(f"[the answer is not complete under the format: {cut} ended it first]")
         self.used = self.session.context_used

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.backends.base import KV_TYPES
+from llmrun.cli import complete
 from llmrun.cli import options as o
 from llmrun.errors import UsageError
 
@@ -19,7 +20,11 @@ if TYPE_CHECKING:
 
 def show(
     model: Annotated[
-        str | None, typer.Argument(help="Model alias, .gguf path or MLX directory. Default: the default model.")
+        str | None,
+        typer.Argument(
+            help="Model alias, .gguf path or MLX directory. Default: the default model.",
+            autocompletion=complete.model_names,
+        ),
     ] = None,
     ctx: o.CtxOpt = None,
     backend: o.BackendOpt = "auto",
@@ -312,7 +317,9 @@ def _packaged_rows() -> list[dict[str, Any]]:
 
 
 def rm(
-    model: Annotated[str, typer.Argument(help="A name as `llmrun list` shows it.")],
+    model: Annotated[
+        str, typer.Argument(help="A name as `llmrun list` shows it.", autocompletion=complete.pulled_names)
+    ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove a pulled model and its files (only files no other model uses)."""

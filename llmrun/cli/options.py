@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.api.flags import FLAGS
+from llmrun.cli import complete
 from llmrun.decoding.sampling import DEFAULTS, SamplingParams
 from llmrun.decoding.speculative import DEFAULT_DRAFT_TOKENS, Draft
 from llmrun.errors import UsageError
@@ -53,6 +54,7 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
+        autocompletion=complete.model_names,
         help="An alias from models.toml or a path to a .gguf file. "
         "Default: $LLMRUN_MODEL, else the default in models.toml (gemma3:270m).",
         rich_help_panel=LOADING,
@@ -189,6 +191,7 @@ BackendOpt = Annotated[
     str,
     typer.Option(
         "--backend",
+        autocompletion=complete.choices("auto", "gguf", "mlx"),
         help="auto, gguf (llama.cpp) or mlx. auto: MLX on Apple silicon when the model has an MLX form, "
         "an MLX directory on MLX, everything else on llama.cpp.",
         rich_help_panel=LOADING,
@@ -203,6 +206,18 @@ KvBitsOpt = Annotated[
         show_default=False,
     ),
 ]
+FlashAttnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--flash-attn",
+        autocompletion=complete.choices("auto", "on", "off"),
+        help="llama.cpp's flash-attention kernel: on, off, or auto (llmrun's choice for the model: off on a CPU "
+        "for heads 64 wide or narrower, where it is slower, else on). Default: auto.",
+        rich_help_panel=LOADING,
+        show_default=False,
+    ),
+]
+FLASH_ATTN = {"auto": None, "on": True, "off": False}
 MaxKvSizeOpt = Annotated[
     int | None,
     typer.Option(
@@ -222,8 +237,12 @@ def load_values(
     max_kv_size: int | None = None,
     rpc: list[str] | None = None,
     rpc_allow_remote: bool = False,
+    flash_attn: str | None = None,
+    show_special: bool = False,
 ) -> dict[str, Any]:
     """The load options a command was given, by :class:`LoadParams` field (None: not given)."""
+    if flash_attn is not None and flash_attn.lower() not in FLASH_ATTN:
+        raise UsageError(f"--flash-attn must be on, off or auto, got {flash_attn!r}", "auto is llmrun's choice")
     if rpc_allow_remote and not rpc:
         raise UsageError("--rpc-allow-remote needs --rpc", "name the workers: --rpc HOST:PORT,HOST:PORT")
     if kv_bits is not None and kv_bits not in KV_BITS_TYPES:
@@ -235,6 +254,8 @@ def load_values(
         "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
         "max_kv_size": max_kv_size,
         "rpc": _workers(rpc, rpc_allow_remote) if rpc else None,
+        "flash_attn": FLASH_ATTN[flash_attn.lower()] if flash_attn is not None else None,
+        "show_special": True if show_special else None,
     }
 
 
@@ -245,7 +266,9 @@ DraftOpt = Annotated[
         "--draft",
         help="Draft tokens for the model to check several at a time: ngram (copy from the prompt and the text "
         "so far: quotes, edits, RAG answers), auto (ngram, paused while its drafts are refused), "
-        "a small model with the same vocabulary (a name or a file), or off. Output is the same as without. "
+        "a small model with the same vocabulary (a name or a file), or off. Sampled output keeps the model's "
+        "distribution; a greedy answer matches the plain one except at near-ties (top two tokens within about 0.1 "
+        "in log-probability), where llama.cpp's multi-token batches can round the other way. "
         "Default: the model's models.toml `draft`, else off.",
         rich_help_panel=SPECULATION,
         show_default=False,
@@ -385,6 +408,16 @@ ShowParamsOpt = Annotated[
     bool,
     typer.Option(
         "--show-params", help="Print every effective setting and where it came from (stderr).", rich_help_panel=OUTPUT
+    ),
+]
+
+ShowSpecialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-special",
+        help="Keep control and markup tokens (<end_of_turn>, <start_of_image>, …) in the answer's text, as "
+        "llama.cpp's --special does. Default: left out, as transformers and MLX leave them out.",
+        rich_help_panel=OUTPUT,
     ),
 ]
 

@@ -74,6 +74,8 @@ def run(
     gpu_layers: o.GpuLayersOpt = None,
     backend: o.BackendOpt = "auto",
     kv_bits: o.KvBitsOpt = None,
+    flash_attn: o.FlashAttnOpt = None,
+    show_special: o.ShowSpecialOpt = False,
     max_kv_size: o.MaxKvSizeOpt = None,
     rpc: o.RpcOpt = None,
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
@@ -133,10 +135,7 @@ def run(
     flags = o.sampling_values(locals())
     chosen = o.template_choice(template)
     constrained = o.response_format(answer_format, schema, grammar)
-    if constrained is not None:
-        from llmrun.structured.grammar import compile_format
-
-        compile_format(constrained)  # a schema llmrun cannot enforce fails before the model loads
+    check_format(constrained)
     if logprobs and not json_output:
         raise UsageError(
             "--logprobs goes with --json", "add --json, or use --show-probs to see probabilities as colours"
@@ -148,7 +147,9 @@ def run(
         )
     if show_context and not rag:
         raise UsageError("--show-context goes with --rag", "add --rag COLLECTION")
-    load_flags = o.load_values(ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote)
+    load_flags = o.load_values(
+        ctx, threads, gpu_layers, kv_bits, max_kv_size, rpc, rpc_allow_remote, flash_attn, show_special
+    )
     run_plan = plan(
         model,
         flags,
@@ -177,6 +178,18 @@ def run(
         retrieval = Retrieval(retrieve(rag, text, k, store, min_score), show_context)
     output = Output(stats, json_output, show_probs, logprobs, hide_thinking, show_prompt)
     _generate(run_plan, text, Prompting(system, raw, chosen, think), output, retrieval, constrained)
+
+
+def check_format(constrained: Format | None) -> None:
+    """A schema or grammar llmrun cannot enforce fails here, before the model loads; where it is enforced
+    less strictly than written (an unknown ``format``, ``oneOf``), a note says so."""
+    if constrained is None:
+        return
+    from llmrun.cli import render
+    from llmrun.structured.grammar import format_notes
+
+    for line in format_notes(constrained):
+        render.note(f"note: {line}")
 
 
 def plan(
@@ -361,6 +374,11 @@ def _generate(
 
 def incomplete(result: Result) -> LlmrunError:
     """The error for a constrained answer that did not come out whole (the text was still shown)."""
+    if result.finish_reason == "eos":  # whole, but not what the schema says (what decoding approximated: oneOf)
+        return LlmrunError(
+            "the answer does not match the schema as written (it matched more than one `oneOf` branch)",
+            "make the `oneOf` branches exclusive, or use `anyOf`",
+        )
     why = {"length": "`max_tokens`", "context": "the context", "stop": "a stop string"}.get(result.finish_reason)
     hint = "raise `max_tokens`" if result.finish_reason == "length" else "raise `n_ctx` or shorten the prompt"
     if result.finish_reason == "stop":

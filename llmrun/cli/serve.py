@@ -62,6 +62,7 @@ def serve(
     threads: o.ThreadsOpt = None,
     gpu_layers: o.GpuLayersOpt = None,
     kv_bits: o.KvBitsOpt = None,
+    flash_attn: o.FlashAttnOpt = None,
     backend: o.BackendOpt = "auto",
     rpc: o.RpcOpt = None,
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
@@ -180,7 +181,9 @@ def serve(
         models=tuple(model or ()),
         parallel=parallel,
         n_ctx=ctx,
-        load_flags=o.load_values(None, threads, gpu_layers, kv_bits, rpc=rpc, rpc_allow_remote=rpc_allow_remote),
+        load_flags=o.load_values(
+            None, threads, gpu_layers, kv_bits, rpc=rpc, rpc_allow_remote=rpc_allow_remote, flash_attn=flash_attn
+        ),
         backend=backend,
         api_key=key,
         keep_alive=_duration(keep_alive),

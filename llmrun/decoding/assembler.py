@@ -19,6 +19,7 @@ from llmrun.decoding.sampling import SamplingParams, log_softmax, top_indices
 from llmrun.decoding.speculative import Tally
 from llmrun.decoding.textstream import StopMatcher, Utf8Stream
 from llmrun.errors import ContextFull, LlmrunError
+from llmrun.structured.formats import conforms
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -150,9 +151,11 @@ class Assembler:
         if self.constraint is None:
             return None
         self.constraint.catch_up(self._ids)
-        if self.finish == "eos":
-            return self.constraint.complete
-        return self.finish != "stop" and self.constraint.finished
+        ended = self.finish == "eos"
+        whole = self.constraint.complete if ended else self.finish != "stop" and self.constraint.finished
+        # what decoding approximates (oneOf as anyOf) is checked on the finished answer
+        fmt = self.constraint.format
+        return whole and (fmt.kind != "schema" or conforms(fmt, "".join(self._parts)))
 
 
 def assemble(

@@ -130,6 +130,9 @@ class RunPlan:
         names = ["n_ctx", "n_threads", "n_gpu_layers", "kv_type"]
         names += ["max_kv_size"] if self.backend == "mlx" else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
+        if self.backend == "gguf":
+            flash = {None: "auto", True: "on", False: "off"}[self.load.flash_attn]
+            rows.append(("flash_attn", flash, self.sources.get("flash_attn", "default")))
         if self.load.rpc:
             rows.append(("rpc", ",".join(self.load.rpc), self.sources["rpc"]))
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
@@ -216,6 +219,16 @@ def _refuse(located: Located, load_flags: Mapping[str, Any]) -> None:
         raise UsageError(
             f"{name} is an embedding model; it makes vectors, not text",
             f"index documents with it: llmrun index add DOCS -c NAME --embed-model {name}",
+        )
+    if located.backend.backend != "gguf" and load_flags.get("flash_attn") is not None:
+        raise UsageError(
+            f"`flash_attn` chooses llama.cpp's attention kernel; {located.backend.backend} picks its own",
+            "drop `flash_attn` for this model",
+        )
+    if load_flags.get("flash_attn") is False and load_flags.get("kv_type") not in (None, "f16"):
+        raise UsageError(
+            "llama.cpp needs flash attention for a quantized KV cache",
+            "leave `flash_attn` on or auto, or drop `kv_type`",
         )
     if located.backend.backend == "gguf" and load_flags.get("max_kv_size") is not None:
         raise UsageError(

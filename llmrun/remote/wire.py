@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from llmrun.decoding.events import Token
 from llmrun.errors import UsageError
 from llmrun.prompt.template import Message, ToolCall, message_dict
+from llmrun.structured.formats import conforms
 
 if TYPE_CHECKING:
     from llmrun.decoding.events import FinishReason
@@ -246,13 +247,7 @@ def _whole(text: str, fmt: Format, finish: str | None) -> bool:
     """Whether a constrained answer came out whole (the endpoint enforced the format)."""
     if finish == "length":
         return False
-    if not fmt.is_json:
-        return True
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+    return not fmt.is_json or conforms(fmt, text)
 
 
 def _text(value: Any) -> str:

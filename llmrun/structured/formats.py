@@ -124,13 +124,34 @@ def response_format(value: Any, parameter: str = "response_format") -> Format | 
 OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 
 
-def declared_only(schema: Any) -> Any:
+def declared_only(schema: Any, annotations: frozenset[str] = frozenset()) -> Any:
     """``schema`` as it is enforced: each object that lists ``properties`` and says nothing about
     others closed to them (``additionalProperties: false``), as OpenAI's strict mode requires, and
     ``uniqueItems: false`` (which asks nothing) dropped. Every answer valid under the result is valid
     under ``schema``: a small model otherwise invents keys until ``max_tokens``. With ``allOf``
-    anywhere no object is closed (its parts' properties are combined)."""
-    return _close(schema, not _mentions(schema, "allOf"))
+    anywhere no object is closed (its parts' properties are combined). A ``format`` named in
+    ``annotations`` is dropped: one the decoder does not know, which JSON Schema treats as an annotation."""
+    return _close(schema, not _mentions(schema, "allOf"), annotations)
+
+
+def conforms(fmt: Format, text: str) -> bool:
+    """Whether ``text`` is a JSON document valid under ``fmt``'s schema as written, by the reference
+    validator (``jsonschema``; formats are annotations, as its default is). It checks what decoding
+    only approximates (``oneOf``'s "exactly one"); a schema it cannot read leaves the decoder's word."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if fmt.kind != "schema":
+        return True
+    from jsonschema import exceptions, validators
+    from referencing.exceptions import Unresolvable
+
+    schema = fmt.schema()
+    try:
+        return bool(validators.validator_for(schema)(schema).is_valid(value))
+    except (exceptions.SchemaError, Unresolvable, RecursionError):
+        return True
 
 
 SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
@@ -138,25 +159,31 @@ SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 SCHEMA_ONES = ("items", "additionalProperties", "contains", "not", "if", "then", "else", "propertyNames")
 
 
-def _close(node: Any, close: bool) -> Any:
+def _close(node: Any, close: bool, annotations: frozenset[str] = frozenset()) -> Any:
     """One schema prepared, with the schemas it holds (by keyword: a property may be named anything)."""
     if not isinstance(node, dict):
         return node
     closed = dict(node)
     for key in SCHEMA_MAPS:
         if isinstance(node.get(key), dict):
-            closed[key] = {name: _close(value, close) for name, value in node[key].items()}
+            closed[key] = {name: _close(value, close, annotations) for name, value in node[key].items()}
     for key in SCHEMA_LISTS:
         if isinstance(node.get(key), list):
-            closed[key] = [_close(value, close) for value in node[key]]
+            closed[key] = [_close(value, close, annotations) for value in node[key]]
     for key in SCHEMA_ONES:
         if key in node:
             value = node[key]
-            closed[key] = [_close(v, close) for v in value] if isinstance(value, list) else _close(value, close)
+            closed[key] = (
+                [_close(v, close, annotations) for v in value]
+                if isinstance(value, list)
+                else _close(value, close, annotations)
+            )
     if isinstance(node.get("allOf"), list):
-        closed["allOf"] = [_close(value, close) for value in node["allOf"]]
+        closed["allOf"] = [_close(value, close, annotations) for value in node["allOf"]]
     if node.get("uniqueItems") is False:
         del closed["uniqueItems"]
+    if isinstance(node.get("format"), str) and node["format"] in annotations:
+        del closed["format"]
     if close and isinstance(node.get("properties"), dict) and not any(key in node for key in OPEN_KEYWORDS):
         closed["additionalProperties"] = False
     return closed

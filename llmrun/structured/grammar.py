@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from llmrun.errors import UsageError, backend_cannot
@@ -28,7 +29,12 @@ if TYPE_CHECKING:
 # JSON the way people and models write it ({"a": 1, "b": [2, 3]}), with no freedom for whitespace:
 # with free whitespace a small model can fill its whole budget with newlines inside a valid document.
 MAX_DIGITS = 16  # a run of digits ends here where the grammar allows anything else (llama.cpp's JSON bound)
-JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "coerce_one_of": True,  # oneOf as anyOf; the answer is checked against oneOf (structured.formats.conforms)
+}
 
 
 class UnsupportedFormat(UsageError):
@@ -47,22 +53,64 @@ def _reason(message: str) -> str:
     return line
 
 
-@functools.lru_cache(maxsize=64)  # at most 64 × 2 × MAX_SOURCE bytes kept
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A format as llguidance enforces it, and what it enforces differently from the schema as written."""
+
+    grammar: str
+    notes: tuple[str, ...] = ()
+
+
 def compile_format(fmt: Format) -> str:
     """``fmt`` as an llguidance grammar, checked; :class:`UnsupportedFormat` naming the first problem."""
+    return compiled(fmt).grammar
+
+
+def format_notes(fmt: Format) -> tuple[str, ...]:
+    """Where ``fmt`` is enforced less strictly than written (its answers are still checked as written)."""
+    return compiled(fmt).notes
+
+
+MAX_ANNOTATIONS = 16  # distinct unknown formats dropped before the schema is refused
+
+
+@functools.lru_cache(maxsize=64)  # at most 64 × 2 × MAX_SOURCE bytes kept
+def compiled(fmt: Format) -> Compiled:
+    """``fmt`` compiled. A ``format`` llguidance does not know is dropped (JSON Schema makes an unknown
+    format an annotation, which validators ignore), and ``oneOf`` is enforced as ``anyOf`` (the answer
+    is then checked against ``oneOf`` by :func:`llmrun.structured.formats.conforms`); both are noted."""
     from llguidance import LLMatcher, grammar_from
 
-    try:
-        if fmt.kind in ("json", "schema"):
-            grammar = LLMatcher.grammar_from_json_schema(declared_only(fmt.schema()), overrides=JSON_OPTIONS)
-        else:
-            grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # e.g. an integer JSON cannot carry
-        raise _unsupported(fmt, str(exc)) from None
-    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    dropped: list[str] = []
+    while True:
+        try:
+            if fmt.kind in ("json", "schema"):
+                schema = declared_only(fmt.schema(), frozenset(dropped))
+                grammar = LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+            else:
+                grammar = grammar_from("gbnf" if fmt.kind == "gbnf" else "lark", fmt.text)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:  # e.g. an integer JSON cannot carry
+            raise _unsupported(fmt, str(exc)) from None
+        failed, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+        unknown = _unknown_format(messages[0]) if failed and messages and fmt.kind == "schema" else None
+        if unknown is None or unknown in dropped or len(dropped) >= MAX_ANNOTATIONS:
+            break
+        dropped.append(unknown)
     if failed:
         raise _unsupported(fmt, messages[0])
-    return grammar
+    notes = [
+        f"`format: {name}` is not enforced (JSON Schema treats a format it does not know as an annotation)"
+        for name in dropped
+    ]
+    if any("falling back to anyOf" in message for message in messages):
+        notes.append("`oneOf` is enforced as `anyOf`; an answer that matches more than one branch is not valid")
+    return Compiled(grammar, tuple(notes))
+
+
+def _unknown_format(message: str) -> str | None:
+    prefix = "Unknown format: "
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line[len(prefix) :].strip() or None if line.startswith(prefix) else None
 
 
 def _unsupported(fmt: Format, message: str) -> UnsupportedFormat:

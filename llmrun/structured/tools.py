@@ -356,7 +356,8 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "/": "/", "\\
 class TextStream:
     """The text of an answer to a request with tools, shown while it streams: nothing until the answer
     shows whether it is text or calls, then the text as it comes (for a template without tools, the
-    string inside ``{"response": "…"}``, decoded); calls are read from the whole answer at its end."""
+    string inside ``{"response": "…"}``, decoded). Once the answer shows it is calls, ``buffer`` holds its
+    whole text as it grows (:class:`llmrun.structured.callstream.CallStream` reads the calls from it)."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
@@ -366,9 +367,11 @@ class TextStream:
 
     def feed(self, text: str) -> str:
         """More of the answer; the text to show now."""
-        if self.state in ("calls", "done"):
+        if self.state == "done":
             return ""
         self.buffer += text
+        if self.state == "calls":  # (the buffer keeps the calls' text for structured.callstream)
+            return ""
         out = self._generic() if self.dialect is GENERIC else self._native()
         self.shown += out
         return out

@@ -128,6 +128,44 @@ def test_load_flags_and_context_limit(gemma: Path) -> None:
     assert code == 2 and "--ctx must be an integer >= 16" in err
 
 
+def test_flash_attn_is_a_choice_that_reaches_llama_cpp(gemma: Path) -> None:
+    from llmrun.backends.base import LoadParams
+    from llmrun.backends.gguf import GgufBackend
+
+    assert run_json("-t", "0", "-n", "2", PROMPT)["params"]["flash_attn"] == "auto"
+    for choice, on in (("on", True), ("off", False)):
+        result = run_json("-t", "0", "-n", "8", "--flash-attn", choice, PROMPT)
+        assert result["params"]["flash_attn"] == choice and result["text"]
+        model = GgufBackend().load(gemma, LoadParams(n_ctx=256, n_threads=1, n_gpu_layers=0, flash_attn=on))
+        try:
+            assert model.kv_settings()["flash_attn"] is on
+        finally:
+            model.close()
+    code, _, err = invoke(["run", "--flash-attn", "fast", PROMPT])
+    assert code == 2 and "--flash-attn must be on, off or auto" in err and "Traceback" not in err
+    code, _, err = invoke(["run", "--flash-attn", "off", "--kv-bits", "8", PROMPT])
+    assert code == 2 and "flash attention for a quantized KV cache" in err and "--flash-attn" in err
+
+
+def test_markup_tokens_stay_out_of_answers_unless_asked(gemma: Path) -> None:
+    from llmrun.backends.base import LoadParams
+    from llmrun.backends.gguf import GgufBackend
+
+    plain = GgufBackend().load(gemma, LoadParams(512, 1, 0, vocab_only=True))
+    shown = GgufBackend().load(gemma, LoadParams(512, 1, 0, vocab_only=True, show_special=True))
+    try:
+        [image] = plain.tokenize("<start_of_image>", special=True)
+        assert plain.token_kind(image) == "user"  # user-defined in the GGUF: llama.cpp would print it
+        assert plain.piece(image) == b"" and shown.piece(image) == b"<start_of_image>"
+        [turn] = plain.tokenize("<end_of_turn>", special=True)
+        assert plain.piece(turn) == b"" and shown.piece(turn) == b"<end_of_turn>"
+        [newlines] = plain.tokenize("\n\n\n", special=True)
+        assert plain.token_kind(newlines) == "user" and plain.piece(newlines) == b"\n\n\n"  # words stay
+    finally:
+        plain.close()
+        shown.close()
+
+
 def test_a_chat_template_is_applied_and_user_text_cannot_forge_turns(gemma: Path) -> None:
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend

@@ -243,6 +243,20 @@ def test_run_reports_a_cut_answer_and_exits_non_zero(gemma: Path) -> None:
     assert "not complete JSON" in err and "--max-tokens" in err
 
 
+def test_an_unknown_format_is_noted_and_the_answer_checked_as_written(gemma: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"site": {"type": "string", "format": "url", "maxLength": 30}},
+        "required": ["site"],
+    }
+    code, out, err = invoke(["run", "--schema", json.dumps(schema), "--json", "-t", "0", "-n", "64", PROMPT])
+    assert code == 0, err
+    assert "format: url" in err and "annotation" in err
+    report = json.loads(out)
+    assert report["valid"] is True
+    jsonschema.validate(report["parsed"], schema)
+
+
 def test_a_keyword_that_cannot_be_enforced_is_refused_before_loading(tmp_path: Path) -> None:
     code, out, err = invoke(["run", "--schema", '{"type": "array", "uniqueItems": true}', "hi"])
     assert code == 2 and out == ""

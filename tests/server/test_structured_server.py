@@ -185,19 +185,31 @@ def test_tool_call_deltas_stream_and_a_result_goes_back(client: openai.OpenAI, m
         model=model, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=300, stream=True
     )
     calls: dict[int, dict[str, str]] = {}
+    fragments: list[str] = []  # the arguments' pieces, in the chunks that carried them
     finish = None
     for chunk in stream:
         for choice in chunk.choices:
             for delta in choice.delta.tool_calls or []:
                 entry = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                if delta.id:  # the head comes first: id and name, arguments empty
+                    assert not entry["id"] and delta.function and delta.function.name
+                    assert delta.function.arguments == ""
                 entry["id"] += delta.id or ""
                 entry["name"] += (delta.function.name if delta.function else None) or ""
-                entry["arguments"] += (delta.function.arguments if delta.function else None) or ""
+                piece = (delta.function.arguments if delta.function else None) or ""
+                entry["arguments"] += piece
+                fragments += [piece] if piece else []
             finish = choice.finish_reason or finish
     assert finish == "tool_calls" and calls
     first = calls[0]
     assert first["name"] == "get_weather" and first["id"]
     jsonschema.validate(json.loads(first["arguments"]), WEATHER["function"]["parameters"])
+    assert len(fragments) > 2  # streamed as generated, not whole at the end (issue 41)
+    whole = client.chat.completions.create(
+        model=model, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=300
+    )
+    [call] = whole.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == json.loads(first["arguments"]) and call.function.name == first["name"]
     followed = client.chat.completions.create(
         model=model,
         messages=[

@@ -135,3 +135,13 @@ def test_a_tally_counts_only_steps_that_drafted() -> None:
     tally.record(4, 3)
     tally.record(2, 0)
     assert (tally.drafted, tally.accepted, tally.steps) == (6, 3, 2)
+
+
+def test_the_draft_help_says_where_a_greedy_answer_can_part() -> None:
+    from typing import get_args
+
+    from llmrun.cli.options import DraftOpt
+
+    words = get_args(DraftOpt)[1].help
+    assert "same as without" not in words  # measured: it parts at near-ties (issue 41)
+    assert "near-ties" in words and "0.1" in words

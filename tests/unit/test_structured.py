@@ -16,7 +16,7 @@ from llmrun.errors import InvalidParameter, UsageError
 from llmrun.prompt.template import Context, Message, ToolCall, render_text
 from llmrun.structured import ANY_JSON, Format, from_schema, load_grammar, load_schema, response_format
 from llmrun.structured.formats import declared_only
-from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format
+from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format, format_notes
 from llmrun.structured.tools import (
     GENERIC,
     HERMES,
@@ -134,6 +134,52 @@ def test_a_keyword_the_engine_cannot_enforce_is_named_not_ignored() -> None:
         compile_format(from_schema({"$ref": "#/$defs/missing"}))
     with pytest.raises(UnsupportedFormat, match="grammar"):
         compile_format(Format("lark", "start: ("))
+
+
+def test_an_unknown_format_is_an_annotation_named_in_a_note(toy: Any) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "home": {"type": "string", "format": "url", "maxLength": 20},
+            "file": {"type": "string", "format": "path", "maxLength": 20},
+            "day": {"type": "string", "format": "date"},  # one llguidance knows: still enforced
+            "format": {"type": "string", "maxLength": 5},  # a property named format is not a keyword
+        },
+        "required": ["home", "file", "day", "format"],
+    }
+    fmt = from_schema(schema)
+    notes = format_notes(fmt)
+    assert len(notes) == 2 and "format: url" in notes[0] and "format: path" in notes[1]
+    assert "date" not in " ".join(notes)
+    text = drive(Constraint(toy, fmt), lambda options: options[len(options) // 2])
+    document = json.loads(text)
+    jsonschema.validate(document, schema)
+    assert len(document["day"]) == 10 and document["day"][4] == "-"  # a date, as enforced
+
+
+def test_one_of_is_enforced_as_any_of_and_checked_as_written(toy: Any) -> None:
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}
+    fmt = from_schema(schema)
+    assert any("oneOf" in note for note in format_notes(fmt))
+
+    def valid(answer: bytes) -> bool | None:
+        assembler = Assembler(
+            lambda t: bytes([t]),
+            lambda t: t == EOS,
+            prompt_tokens=1,
+            n_ctx=64,
+            params=SamplingParams(temperature=0, max_tokens=20),
+            seed=None,
+            constraint=Constraint(toy, fmt),
+        )
+        for token in [*answer, EOS]:
+            assembler.push(token)
+        return assembler.close()[1].stats.valid
+
+    assert valid(b"-3") is True  # an integer below 0: one branch
+    assert valid(b"2.5") is True  # a positive non-integer: the other
+    assert valid(b"5") is False  # both branches: not oneOf, though anyOf allowed it
+    assert format_notes(from_schema({"type": "string"})) == ()
 
 
 # --- the constraint -----------------------------------------------------------------------------------
