@@ -112,11 +112,6 @@ def chat(
         endpoints=endpoint or (),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
-    if run_plan.backend == "remote" and rag:
-        raise UsageError(
-            "--rag fits passages to the model's context with its tokenizer, which a remote engine does not offer",
-            "use --rag with a local model",
-        )
     engine = Engine(template=chosen)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
@@ -347,10 +342,6 @@ class Repl:
         elif name.lower() == "off":
             self.rag.collection = None
             self.note("retrieval off")
-        elif self.session.remote:
-            raise UsageError(
-                "/rag needs the model's tokenizer, which a remote engine does not offer", "chat with a local model"
-            )
         else:
             info = open_collection(self.rag.store, name)
             self.rag.collection = name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -246,13 +247,25 @@ def retrieve(name: str, question: str, k: int, store: str | None, min_score: flo
     return kept
 
 
+def token_counter(model: Any) -> Callable[[str], int]:
+    """How many tokens a text is for ``model``: its tokenizer, or for a remote engine (whose tokenizer is
+    at the endpoint) :func:`llmrun.rag.context.estimated_tokens`."""
+    from llmrun.remote.model import RemoteModel
+
+    if isinstance(model, RemoteModel):
+        from llmrun.rag.context import estimated_tokens
+
+        return estimated_tokens
+    return lambda text: len(model.tokenize(text))
+
+
 def grounded_prompt(question: str, hits: list[Hit], model: Any, n_ctx: int, max_tokens: int, extra: int = 0) -> Any:
     """The prompt for ``question`` with the retrieved passages that fit ``model``'s context
     (:func:`llmrun.rag.context.ground`), saying when it had to trim."""
     from llmrun.cli import render
     from llmrun.rag.context import ground
 
-    context = ground(question, hits, lambda text: len(model.tokenize(text)), n_ctx, max_tokens, extra)
+    context = ground(question, hits, token_counter(model), n_ctx, max_tokens, extra)
     if context.note():
         render.warn(context.note())
     return context

@@ -162,11 +162,6 @@ def run(
     )
     if run_plan.backend == "remote" and show_prompt:
         raise UsageError("--show-prompt shows a local model's prompt; a remote engine renders its own", "drop it")
-    if run_plan.backend == "remote" and rag:
-        raise UsageError(
-            "--rag fits passages to the model's context with its tokenizer, which a remote engine does not offer",
-            "use --rag with a local model",
-        )
     if show_params:
         _show_params(run_plan, system, raw)
         if not text.strip():
@@ -392,9 +387,9 @@ def _ground(
 ) -> tuple[str, tuple[Hit, ...]]:
     """The question with its retrieved passages, trimmed to the context; shown with --show-context."""
     from llmrun.cli import views
-    from llmrun.cli.index import grounded_prompt
+    from llmrun.cli.index import grounded_prompt, token_counter
 
-    extra = len(model.tokenize(system)) if system else 0
+    extra = token_counter(model)(system) if system else 0
     context = grounded_prompt(question, retrieval.hits, model, run_plan.load.n_ctx, run_plan.sampling.max_tokens, extra)
     if retrieval.show_context:
         spinner.stop()

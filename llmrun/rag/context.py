@@ -17,6 +17,13 @@ MIN_PASSAGE_TOKENS = 24  # a cut passage shorter than this is dropped instead
 TEMPLATE_ALLOWANCE = 64  # chat-template markup around the message, BOS, a system prompt's framing
 
 
+def estimated_tokens(text: str) -> int:
+    """A token count where the model's tokenizer is elsewhere (a remote engine): a token per three UTF-8
+    bytes, rounded up — more than BPE vocabularies make of prose (about four characters a token) or
+    code, so passages sized by it fit; the engine itself refuses a prompt that would not."""
+    return -(-len(text.encode("utf-8")) // 3)
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     prompt: str  # the user message: instruction, passages, question

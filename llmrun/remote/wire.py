@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from llmrun.decoding.events import Token
+from llmrun.decoding.events import Candidate, Token
 from llmrun.errors import UsageError
 from llmrun.prompt.template import Message, ToolCall, message_dict
 from llmrun.structured.formats import conforms
@@ -23,7 +23,7 @@ from llmrun.structured.formats import conforms
 if TYPE_CHECKING:
     from llmrun.decoding.events import FinishReason
     from llmrun.engine.request import Request
-    from llmrun.engine.result import Result
+    from llmrun.engine.result import Result, TokenLogprob
     from llmrun.structured.formats import Format
 
 Route = Literal["/chat/completions", "/completions"]
@@ -46,11 +46,6 @@ def route(request: Request) -> Route:
 
 def body(request: Request, model: str, *, extras: frozenset[str] = frozenset(), stream: bool = True) -> dict[str, Any]:
     """The request as the endpoint's JSON body. ``extras``: the non-OpenAI settings to send."""
-    if request.logprobs:
-        raise UsageError(
-            "token log-probabilities (`logprobs`) are not read from remote engines yet",
-            "run the model locally for them",
-        )
     p = request.params
     data: dict[str, Any] = {"model": model, "temperature": p.temperature, "top_p": p.top_p}
     if p.max_tokens > 0:
@@ -68,6 +63,10 @@ def body(request: Request, model: str, *, extras: frozenset[str] = frozenset(), 
     if stream:
         data["stream"] = True
         data["stream_options"] = {"include_usage": True}
+    if request.logprobs and route(request) == "/completions":
+        data["logprobs"] = request.logprobs  # (the legacy API: the number of alternatives)
+    elif request.logprobs:
+        data["logprobs"], data["top_logprobs"] = True, request.logprobs
     if route(request) == "/completions":
         assert request.prompt is not None
         data["prompt"] = f"{request.system}\n\n{request.prompt}" if request.system else request.prompt
@@ -137,6 +136,7 @@ class Assembly:
     finish: str | None = None
     usage: Usage = field(default_factory=Usage)
     pieces: int = 0  # chunks that carried text: a token each on llama.cpp, vLLM and llmrun
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # what the endpoint reported, token by token
 
     def chunk(self, data: Any) -> Token | None:
         """One streamed chunk (a parsed ``data:`` line); the token it carries, if any."""
@@ -155,11 +155,15 @@ class Assembly:
             thought = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
             for call in delta.get("tool_calls") or []:
                 self._call(call)
+        entries = token_logprobs(choice.get("logprobs"))
+        self.logprobs += entries
         if not text and not thought:
             return None
         self.pieces += 1
         self.text.append(text)
         self.reasoning.append(thought)
+        if len(entries) == 1:  # a chunk per token (llama.cpp, vLLM, llmrun): its probability with it
+            return Token(-1, text, entries[0].logprob, entries[0].top, reasoning=thought)
         return Token(-1, text, reasoning=thought)
 
     def whole(self, data: Any) -> None:
@@ -170,6 +174,7 @@ class Assembly:
         choices = data.get("choices") or []
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         self.finish = str(choice.get("finish_reason") or "stop")
+        self.logprobs += token_logprobs(choice.get("logprobs"))
         message = choice.get("message") if isinstance(choice.get("message"), dict) else None
         if message is None:
             self.text.append(_text(choice.get("text")))
@@ -240,7 +245,50 @@ class Assembly:
             content=self.answer if not calls else (self.answer or None),
             tool_calls=calls,
             reasoning=reasoning or None,
+            logprobs=tuple(self.logprobs) if request.logprobs else None,
         )
+
+
+def token_logprobs(data: Any) -> list[TokenLogprob]:
+    """A choice's ``logprobs`` as entries: the chat API's ``content`` list, or the completions API's
+    parallel lists. What an endpoint leaves out (or sends malformed) is left out; ids are unknown (-1)."""
+    from llmrun.engine.result import TokenLogprob
+
+    if not isinstance(data, dict):
+        return []
+    if isinstance(data.get("content"), list):
+        entries = []
+        for item in data["content"]:
+            if isinstance(item, dict) and _is_number(item.get("logprob")):
+                top = [
+                    c for c in item.get("top_logprobs") or [] if isinstance(c, dict) and _is_number(c.get("logprob"))
+                ]
+                alternatives = tuple(Candidate(-1, _piece(c), float(c["logprob"])) for c in top)
+                entries.append(TokenLogprob(-1, _piece(item), float(item["logprob"]), alternatives))
+        return entries
+    tokens, values, tops = data.get("tokens"), data.get("token_logprobs"), data.get("top_logprobs")
+    if not isinstance(tokens, list) or not isinstance(values, list):
+        return []
+    tops = tops if isinstance(tops, list) else []
+    entries = []
+    for i, (token, value) in enumerate(zip(tokens, values, strict=False)):
+        if isinstance(token, str) and _is_number(value):
+            top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+            alternatives = tuple(Candidate(-1, str(t).encode(), float(lp)) for t, lp in top.items() if _is_number(lp))
+            entries.append(TokenLogprob(-1, token.encode(), float(value), alternatives))
+    return entries
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _piece(item: dict[str, Any]) -> bytes:
+    """A token's bytes: the ``bytes`` list when the endpoint sends it (a token may be part of a character)."""
+    raw = item.get("bytes")
+    if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+        return bytes(raw)
+    return _text(item.get("token")).encode()
 
 
 def _whole(text: str, fmt: Format, finish: str | None) -> bool:

@@ -67,6 +67,17 @@ def test_a_raw_prompt_answers_as_llmrun_answers_it_here(url: str, smollm: Path, 
     assert got["model"] == str(smollm) and got["tokens"]["generated"] == 24  # chunks counted: no usage in its stream
 
 
+def test_log_probabilities_come_back_from_a_server_we_did_not_write(url: str, smollm: Path, home: Path) -> None:
+    env = serving.hermetic_env(home)
+    args = ["The three primary colours are", "--raw", "-t", "0", "-n", "8", "--json", "--logprobs", "2"]
+    remote = llmrun(["run", "--endpoint", url, *args], env=env)
+    assert remote.returncode == 0, remote.stderr
+    local = llmrun(["run", "-m", str(smollm), *args], env=env)
+    got, want = json.loads(remote.stdout)["logprobs"], json.loads(local.stdout)["logprobs"]
+    assert "".join(e["token"] for e in got) == "".join(e["token"] for e in want)
+    assert [e["logprob"] for e in got] == pytest.approx([e["logprob"] for e in want], abs=1e-3)
+
+
 def test_a_chat_answer_streams_with_stats(url: str, home: Path) -> None:
     done = llmrun(
         ["run", "--endpoint", url, "Say hello.", "-t", "0", "-n", "16", "--stats"], env=serving.hermetic_env(home)

@@ -85,6 +85,43 @@ def test_a_remote_run_answers_as_the_same_model_run_here(
     assert got["timings"]["time_to_first_token_s"] > 0 and got["timings"]["generation_tokens_per_s"] > 0
 
 
+def test_log_probabilities_come_through_the_endpoint_as_they_come_here(
+    fleet: list[tuple[str, subprocess.Popen[str]]], smollm: Path, home: Path
+) -> None:
+    url = fleet[0][0]
+    env = client_env(home)
+    args = [QUESTION, "-t", "0", "-n", "12", "--json", "--logprobs", "3"]
+    remote = llmrun(["run", *endpoint(url), *args], env=env)
+    assert remote.returncode == 0, remote.stderr
+    local = llmrun(["run", "-m", str(smollm), *args], env=env)
+    got, want = json.loads(remote.stdout)["logprobs"], json.loads(local.stdout)["logprobs"]
+    assert [e["token"] for e in got] == [e["token"] for e in want] and len(got) == 12
+    assert [e["logprob"] for e in got] == pytest.approx([e["logprob"] for e in want], abs=1e-4)
+    for g, w in zip(got, want, strict=True):
+        assert [c["token"] for c in g["top"]] == [c["token"] for c in w["top"]]
+        assert g["id"] == -1  # an endpoint does not send token ids
+
+
+def test_rag_answers_through_the_endpoint_with_the_passages_in_its_prompt(
+    fleet: list[tuple[str, subprocess.Popen[str]]], minilm: Path, home: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "backup.md").write_text("The backup keys are rotated every 90 days by the on-call engineer, Ada.\n")
+    (docs / "coffee.md").write_text("The office coffee machine is descaled on Fridays.\n")
+    env = client_env(home)
+    indexed = llmrun(["index", "add", str(docs), "-c", "ops", "--embed-model", str(minilm)], env=env)
+    assert indexed.returncode == 0, indexed.stderr
+    url = fleet[0][0]
+    question = "Who rotates the backup keys?"
+    asked = [*endpoint(url), question, "--rag", "ops", "-k", "1", "-t", "0", "-n", "24", "--json", "--show-context"]
+    remote = llmrun(["run", *asked], env=env)
+    assert remote.returncode == 0, remote.stderr
+    assert "rotated every 90 days" in remote.stderr  # the passage went into the prompt the endpoint read
+    report = json.loads(remote.stdout)
+    assert report["backend"] == "remote" and report["tokens"]["prompt"] > 40
+
+
 def test_a_remote_chat_keeps_the_conversation(fleet: list[tuple[str, subprocess.Popen[str]]], home: Path) -> None:
     url = fleet[1][0]
     turns = "My name is Zorblax.\nRepeat my name.\n"

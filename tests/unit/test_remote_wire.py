@@ -72,8 +72,41 @@ def test_messages_keep_their_system_prompt_tool_calls_and_formats() -> None:
     assert wire.body(Request(prompt="x", response_format=Format("gbnf", 'root ::= "a"')), "m")["grammar"]
     with pytest.raises(UsageError, match="Lark"):
         wire.body(Request(prompt="x", response_format=Format("lark", "start: 'a'")), "m")
-    with pytest.raises(UsageError, match="logprobs"):
-        wire.body(Request(prompt="x", logprobs=2), "m")
+    asked = wire.body(Request(prompt="x", logprobs=2), "m")
+    assert asked["logprobs"] is True and asked["top_logprobs"] == 2
+    assert wire.body(Request(prompt="x", raw=True, logprobs=3), "m")["logprobs"] == 3  # the completions API
+
+
+def test_log_probabilities_come_back_in_either_apis_shape() -> None:
+    chat = {
+        "content": [
+            {
+                "token": " Par",
+                "logprob": -0.1,
+                "bytes": [32, 80, 97, 114],
+                "top_logprobs": [
+                    {"token": " Par", "logprob": -0.1},
+                    {"token": " Lyon", "logprob": -2.5, "bytes": None},
+                ],
+            },
+            {"token": "x", "logprob": "bad"},  # malformed: left out
+        ]
+    }
+    [entry] = wire.token_logprobs(chat)
+    assert (entry.piece, entry.logprob) == (b" Par", -0.1)
+    assert [(c.piece, c.logprob) for c in entry.top] == [(b" Par", -0.1), (b" Lyon", -2.5)]
+    legacy = {"tokens": [" a", " b"], "token_logprobs": [-0.5, -1.0], "top_logprobs": [{" a": -0.5, " c": -2.0}]}
+    entries = wire.token_logprobs(legacy)
+    assert [(e.piece, e.logprob) for e in entries] == [(b" a", -0.5), (b" b", -1.0)]
+    assert [(c.piece, c.logprob) for c in entries[0].top] == [(b" a", -0.5), (b" c", -2.0)] and entries[1].top == ()
+    assert wire.token_logprobs(None) == [] and wire.token_logprobs({"content": "x"}) == []
+    assembly = wire.Assembly()
+    token = assembly.chunk({"choices": [{"delta": {"content": " Par"}, "logprobs": chat}]})
+    assert token is not None and token.logprob == -0.1 and len(token.top) == 2
+    assembly.chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+    result = assembly.result(Request(prompt="x", logprobs=2), 0.1, 0.2, 0.0)
+    assert result.logprobs is not None and [e.piece for e in result.logprobs] == [b" Par"]
+    assert assembly.result(Request(prompt="x"), 0.1, 0.2, 0.0).logprobs is None
 
 
 def test_a_stream_becomes_tokens_and_one_result_with_the_endpoints_counts() -> None:
