@@ -65,7 +65,7 @@ def test_bash_completes_commands_options_and_model_names() -> None:
     assert complete("llmrun", "ch") == ["chat"]
     assert {"run", "serve", "look"} <= set(complete("llmrun", ""))
     assert complete("llmrun", "run", "-m", "gem") == ["gemma3:1b", "gemma3:270m"]
-    assert complete("llmrun", "chat", "--model", "mi") == ["mine:7b"]  # the user's models.toml
+    assert complete("llmrun", "chat", "--model", "min") == ["mine:7b"]  # the user's models.toml
     assert complete("llmrun", "run", "--flash-attn", "o") == ["on", "off"]
     assert "--show-special" in complete("llmrun", "run", "--show-s")
     assert complete("llmrun", "show", "smollm2:1") == ["smollm2:135m"]

@@ -166,6 +166,21 @@ def test_markup_tokens_stay_out_of_answers_unless_asked(gemma: Path) -> None:
         shown.close()
 
 
+def test_the_quick_start_prints_no_image_markers(gemma: Path) -> None:
+    """The packaged Gemma writes <start_of_image> between paragraphs now and then (a user-defined token
+    in its GGUF): the answer leaves it out, --show-special keeps it, and nothing else differs."""
+    for seed in (5, 3, 6, 28, 12, *range(30, 60)):
+        args = ["--seed", str(seed), "-n", "200", "The capital of France is"]
+        special = llmrun(["run", "--show-special", *args])
+        assert special.returncode == 0, special.stderr
+        if "<start_of_image>" in special.stdout:
+            plain = llmrun(["run", *args])
+            assert plain.returncode == 0 and "<start_of_image>" not in plain.stdout
+            assert plain.stdout == special.stdout.replace("<start_of_image>", "")
+            return
+    pytest.fail("no seed made the model write <start_of_image>: pick another prompt")
+
+
 def test_a_chat_template_is_applied_and_user_text_cannot_forge_turns(gemma: Path) -> None:
     from llmrun.backends.base import LoadParams
     from llmrun.backends.gguf import GgufBackend
