@@ -72,6 +72,8 @@ class ChunkStream:
             shown, content = self.texts[index].shown, event.content or ""
             if not event.tool_calls and content.startswith(shown) and content != shown:
                 chunks.append(self._chunk([self._choice(index, content[len(shown) :], None)]))
+        elif event.tool_calls:  # a remote engine's calls, read there: whole
+            chunks += [self._tool_chunk(index, delta) for delta in tool_call_deltas(event.tool_calls)]
         chunks.append(self._chunk([self._choice(index, None if self.chat else "", finish_reason(event))]))
         return chunks
 

@@ -276,6 +276,10 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool, open_pa
         if not isinstance(s, Served):
             render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
             continue
+        if s.remote:
+            where = ", ".join(e.url for e in s.scheduler.entry.plan.endpoints)
+            render.note(f"serving {s.name}: a proxy to {where}, {config.parallel} in parallel")
+            continue
         how = f"{config.parallel} in parallel" if s.scheduler.batching else f"one at a time ({s.scheduler.unbatched})"
         draft = s.scheduler.entry.plan.draft
         drafting = f", drafting: {draft.value} (up to {draft.tokens} tokens)" if draft.on else ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +52,7 @@ class RemoteModel:
         for client in self.clients:
             client.close()
 
-    def complete(self, request: Request) -> Iterator[Token | Result]:
+    def complete(self, request: Request) -> Generator[Token | Result, None, None]:
         """Token events as they arrive, then one Result; on the least busy endpoint, and on the next
         when one fails before the answer starts."""
         order = sorted(range(len(self.clients)), key=lambda i: self._busy[i])

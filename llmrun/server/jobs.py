@@ -19,9 +19,12 @@ from llmrun.backends.base import ReadsTokens
 from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut
 from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
+from llmrun.remote.proxy import ProxyTicket
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Embedding, Served, ServerState
 from llmrun.structured.grammar import UnsupportedFormat
+
+Handle = Ticket | ProxyTicket  # a request in a model's scheduler, or on its way to a remote engine
 
 
 def model_error(state: ServerState, name: str, exc: LlmrunError) -> ApiError:
@@ -65,11 +68,11 @@ async def served_model(state: ServerState, body: Any) -> Served:
         raise model_error(state, name, exc) from None
 
 
-def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Ticket]]:
+def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Handle]]:
     """Every request of the call into the model's scheduler; events come back tagged with their choice."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
-    tickets: list[Ticket] = []
+    tickets: list[Handle] = []
 
     def sink_for(index: int) -> Callable[[Event], None]:
         def sink(event: Event) -> None:
@@ -92,7 +95,7 @@ def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Eve
     return queue, tickets
 
 
-def cancel(tickets: list[Ticket]) -> None:
+def cancel(tickets: list[Handle]) -> None:
     for ticket in tickets:
         ticket.cancel()
 
@@ -121,7 +124,7 @@ DISCONNECT_CHECK_S = 0.5  # how often a non-streaming request looks whether its 
 async def gather(
     request: Request,
     queue: asyncio.Queue[tuple[int, Event]],
-    tickets: list[Ticket],
+    tickets: list[Handle],
     call: api.Call,
     metrics: Metrics,
     started: float,

@@ -189,7 +189,7 @@ async def _lines(
 ) -> AsyncIterator[str]:
     """One JSON object a line: each token's text, then the last with ``done: true`` and the timings."""
     request = call.requests[0]
-    dialect = tool_dialect(served.scheduler.entry.templates, request) if chat else None
+    dialect = tool_dialect(served.scheduler.entry.templates, request) if chat and not served.remote else None
     text = TextStream(dialect) if dialect is not None else None  # with tools: text once it cannot be a call
     first = True
     try:

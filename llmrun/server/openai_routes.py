@@ -26,7 +26,7 @@ from llmrun.api.errors import ApiError
 from llmrun.api.openai_stream import ChunkStream
 from llmrun.engine.request import tool_dialect
 from llmrun.engine.result import Result
-from llmrun.engine.scheduler import Event, Ticket
+from llmrun.engine.scheduler import Event
 from llmrun.errors import LlmrunError
 from llmrun.server import jobs
 from llmrun.server.metrics import Metrics
@@ -96,7 +96,9 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
     if call.stream:
         from sse_starlette import EventSourceResponse
 
-        dialect = tool_dialect(served.scheduler.entry.templates, call.requests[0]) if chat else None
+        dialect = (
+            tool_dialect(served.scheduler.entry.templates, call.requests[0]) if chat and not served.remote else None
+        )
         chunks = ChunkStream(call, head, chat=chat, dialect=dialect)
         events = _stream(queue, tickets, call, chunks, metrics, started)
         # on shutdown the schedulers stop first and send each stream an error event; the grace
@@ -118,7 +120,7 @@ async def _complete(request: Request, served: Served, call: api.Call, metrics: M
 
 async def _stream(
     queue: asyncio.Queue[tuple[int, Event]],
-    tickets: list[Ticket],
+    tickets: list[jobs.Handle],
     call: api.Call,
     chunks: ChunkStream,
     metrics: Metrics,

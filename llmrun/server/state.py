@@ -19,8 +19,10 @@ from llmrun.api.errors import worded
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import Engine
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import LlmrunError, ModelNotFound, UsageError
+from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.models.refs import ModelRef
+from llmrun.remote.model import RemoteModel
+from llmrun.remote.proxy import RemoteProxy
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
@@ -66,9 +68,14 @@ class Embedding:
 @dataclass
 class Served:
     name: str  # as the server reports it
-    scheduler: Scheduler
+    scheduler: Scheduler | RemoteProxy  # (a proxy: a models.toml entry whose engine is elsewhere)
     defaults: SamplingParams
     n_ctx: int
+
+    @property
+    def remote(self) -> bool:
+        """Served by an engine elsewhere: it renders the template and reads tool calls itself."""
+        return isinstance(self.scheduler.entry.model, RemoteModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +209,10 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
-        if run_plan.backend == "remote":
-            raise UsageError(
-                f"{name} is served by a remote engine; llmrun serve runs local models",
-                "point clients at that engine, or at a load balancer in front of the fleet",
-            )
+        if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
+            entry = self.engine.load(run_plan)
+            proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)
+            return Served(run_plan.model.name, proxy, run_plan.sampling, run_plan.load.n_ctx)
         forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
@@ -271,7 +277,11 @@ def _is_embedding(name: str) -> bool:
         from llmrun.backends.mlx_embed import is_bert_dir
 
         return is_bert_dir(Path(name).expanduser())
-    return is_embedding_model(locate(load_registry(), name, backend="gguf").header)
+    registry = load_registry()
+    entry = registry.get(name)
+    if entry is not None and entry.remote:
+        return False  # served through a proxy: a chat or completions engine
+    return is_embedding_model(locate(registry, name, backend="gguf").header)
 
 
 def in_ollama(name: str) -> bool:

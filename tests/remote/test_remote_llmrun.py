@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -120,6 +121,57 @@ def test_rag_answers_through_the_endpoint_with_the_passages_in_its_prompt(
     assert "rotated every 90 days" in remote.stderr  # the passage went into the prompt the endpoint read
     report = json.loads(remote.stdout)
     assert report["backend"] == "remote" and report["tokens"]["prompt"] > 40
+
+
+def test_serve_proxies_a_models_toml_entry_to_its_engine(
+    fleet: list[tuple[str, subprocess.Popen[str]]], home: Path, tmp_path: Path
+) -> None:
+    """`llmrun serve -m far`, where `far` is an endpoint in models.toml: clients of the proxy get what the
+    engine behind it answers (the official openai SDK and the ollama library, as against any server)."""
+    import ollama
+    from openai import OpenAI
+
+    url = fleet[0][0]
+    env = serving.hermetic_env(tmp_path)
+    config = Path(env["LLMRUN_CONFIG_DIR"])
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text(f'[models.far]\nendpoint = "{url}/v1"\napi_key_env = "FAR_KEY"\n')
+    with serving.running(["-m", "far", "--parallel", "2"], {**env, "FAR_KEY": KEY}) as (proxy, process):
+        client = OpenAI(base_url=proxy + "/v1", api_key="unused", max_retries=0, timeout=120)
+        assert [m.id for m in client.models.list().data] == ["far"]
+        ask: Any = [{"role": "user", "content": QUESTION}]
+        through = client.chat.completions.create(model="far", messages=ask, temperature=0, max_tokens=24)
+        engine = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+        served = engine.models.list().data[0].id
+        direct = engine.chat.completions.create(model=served, messages=ask, temperature=0, max_tokens=24)
+        assert through.choices[0].message.content == direct.choices[0].message.content
+        assert through.usage is not None and direct.usage is not None
+        assert through.usage.prompt_tokens == direct.usage.prompt_tokens
+        stream = client.chat.completions.create(model="far", messages=ask, temperature=0, max_tokens=24, stream=True)
+        pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        assert len(pieces) > 3 and "".join(pieces) == direct.choices[0].message.content
+        weather: Any = {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+        called = client.chat.completions.create(
+            model="far",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[weather],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=60,
+        )
+        [call] = called.choices[0].message.tool_calls or []
+        assert called.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"  # type: ignore[union-attr]
+        answer = ollama.Client(host=proxy, timeout=120).chat(
+            "far", messages=ask, options={"temperature": 0, "num_predict": 24}
+        )
+        assert answer.message.content == direct.choices[0].message.content
+    assert process.stderr is not None and KEY not in process.stderr.read()  # the engine's key never shows
 
 
 def test_a_remote_chat_keeps_the_conversation(fleet: list[tuple[str, subprocess.Popen[str]]], home: Path) -> None:
