@@ -48,7 +48,7 @@ def main() -> None:
     from llmrun.decoding.events import Done
     from llmrun.decoding.sampling import SamplingParams
     from llmrun.structured import from_schema
-    from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format
+    from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format, compiled, format_notes
 
     if args.model is None:
         from llmrun.models.store import ensure_embedded
@@ -72,21 +72,23 @@ def main() -> None:
     ratios: list[float] = []
     rows = []
     for subset, paths in subsets.items():
-        compiled = runs = valid = 0
+        compiled_count = runs = valid = 0
         refused: list[str] = []
         for path in paths:
             schema = json.loads(path.read_text())
             fmt = from_schema(schema)
             try:
                 t0 = time.perf_counter()
-                compile_format.cache_clear()
+                compiled.cache_clear()
                 compile_format(fmt)
                 Constraint(tokenizer, fmt)  # what a request pays before its first token
                 compile_ms.append((time.perf_counter() - t0) * 1000)
             except UnsupportedFormat as exc:
                 refused.append(f"{path.name}: {exc.message}")
                 continue
-            compiled += 1
+            compiled_count += 1
+            for note in format_notes(fmt):
+                print(f"  note {path.name}: {note}", file=sys.stderr)
             ids = model.tokenize(PROMPT.format(schema=json.dumps(schema)[:1500]), add_bos=True)
             for params in settings:
                 runs += 1
@@ -108,11 +110,11 @@ def main() -> None:
                     free: Any = _last(model.stream(ids, same))
                     if free.stats.generation_tps and isinstance(free, Done):
                         ratios.append(done.stats.generation_tps / free.stats.generation_tps)
-        rows.append((subset, len(paths), compiled, runs, valid, refused))
+        rows.append((subset, len(paths), compiled_count, runs, valid, refused))
 
     print(f"\n{'subset':28} {'schemas':>7} {'coverage':>9} {'compliance':>11}")
-    for subset, total, compiled, runs, valid, refused in rows:
-        coverage = compiled / total if total else 0
+    for subset, total, accepted, runs, valid, refused in rows:
+        coverage = accepted / total if total else 0
         compliance = valid / runs if runs else 0
         print(f"{subset:28} {total:7d} {coverage:9.1%} {compliance:11.1%}")
         for line in refused:
