@@ -67,6 +67,8 @@ class Assembler:
     ) -> None:
         self.limit, self._limit_reason = token_budget(prompt_tokens, n_ctx, params)
         self.constraint = constraint
+        if constraint is not None:
+            constraint.budget = self.limit  # (a JSON answer is steered to finish within it)
         self._ids: list[int] = []  # the answer's tokens (what a constraint must have seen at the end)
         self._piece = piece
         self._is_end = is_end

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # JSON the way people and models write it ({"a": 1, "b": [2, 3]}), with no freedom for whitespace:
 # with free whitespace a small model can fill its whole budget with newlines inside a valid document.
 MAX_DIGITS = 16  # a run of digits ends here where the grammar allows anything else (llama.cpp's JSON bound)
+CLOSE_SHARE, CLOSE_MIN = 8, 24  # a JSON answer is steered to its end in the last eighth of its budget (>= 24)
 JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_flexible": False,
     "item_separator": ", ",
@@ -144,6 +145,8 @@ class Constraint:
         self.ended = False  # an end-of-text token was chosen
         self._tokenizer = tokenizer
         self.digits = 0  # digits at the end of the text so far
+        self.budget: int | None = None  # the tokens the answer may take (set by the assembler that counts them)
+        self.steered = 0  # tokens chosen among closers only, the budget running out
 
     # --- the grammar's side -------------------------------------------------------
     def accept(self, token_id: int) -> None:
@@ -195,6 +198,11 @@ class Constraint:
         if bits.size < self._n_vocab:
             bits = np.concatenate([bits, np.zeros(self._n_vocab - bits.size, dtype=np.bool_)])
         flags: npt.NDArray[np.bool_] = bits[: self._n_vocab]
+        if self._closing():  # the budget runs out: close what is open, as soon as the grammar lets it
+            closers = flags & _closing_tokens(self._tokenizer)
+            if closers.any():
+                self.steered += 1
+                return closers
         if self.digits >= MAX_DIGITS:  # a number (or digits in a string) running on: end it where it may end,
             digits, zeros = _digit_tokens(self._tokenizer)  # else move it on (0.000… stays above 0 forever)
             for unwanted in (digits, zeros):
@@ -202,6 +210,14 @@ class Constraint:
                 if others.any():
                     return others
         return flags
+
+    def _closing(self) -> bool:
+        """Whether a JSON answer is near the end of its budget: the last eighth (at least 24 tokens), where
+        it is steered to its shortest end — each open string, array and object closed where the schema
+        allows, the required properties still written — so that it finishes instead of being cut."""
+        if self.budget is None or not self.format.is_json:
+            return False
+        return self.budget - self.accepted <= max(CLOSE_MIN, self.budget // CLOSE_SHARE)
 
     def mask(self, logits: npt.NDArray[np.float32]) -> None:
         """Forbidden tokens' logits become -inf, in place (``logits`` may be longer or shorter than
@@ -229,6 +245,20 @@ class Constraint:
         n = min(width, flags.size)
         row[:n] = flags[:n]
         return mx.where(mx.array(row), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+@functools.lru_cache(maxsize=4)
+def _closing_tokens(tokenizer: Any) -> npt.NDArray[np.bool_]:
+    """Which tokens of ``tokenizer`` end something in JSON — begin with ``"``, ``]`` or ``}`` — or end
+    the text (built when an answer first nears the end of its budget)."""
+    import numpy as np
+
+    closers = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
+    for token_id in range(closers.size):
+        piece = tokenizer.decode_bytes([token_id])
+        closers[token_id] = bool(piece) and piece[:1] in (b'"', b"]", b"}")
+    closers[list(tokenizer.eos_tokens)] = True
+    return closers
 
 
 @functools.lru_cache(maxsize=4)

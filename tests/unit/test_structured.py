@@ -275,6 +275,54 @@ def test_the_assembler_reports_a_cut_answer_as_not_valid(toy: Any) -> None:
     assert number.close()[1].stats.valid is False  # "12" parses, but the model was not done (123…)
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "string"}},
+        {
+            "type": "object",
+            "properties": {"notes": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["notes", "n"],
+        },
+        {"type": "array", "items": {"type": "array", "items": {"type": "number"}}, "minItems": 2},
+    ],
+)
+def test_a_json_answer_near_the_end_of_its_budget_is_steered_to_finish(toy: Any, schema: dict[str, Any]) -> None:
+    """A "model" that would write forever (always the letter a, a digit, or an opening bracket, where the
+    grammar allows) still ends with a whole, valid document within its budget; without a budget it
+    never ends."""
+    budget = 60
+    fmt = from_schema(schema)
+
+    def answer(with_budget: bool) -> tuple[bytes, bool | None, int]:
+        constraint = Constraint(toy, fmt)
+        assembler = Assembler(
+            lambda t: bytes([t]),
+            lambda t: t == EOS,
+            prompt_tokens=1,
+            n_ctx=4096,
+            params=SamplingParams(temperature=0, max_tokens=budget),
+            seed=None,
+            constraint=constraint,
+        )
+        if not with_budget:
+            constraint.budget = None
+        text = b""
+        while assembler.finish is None:
+            options = allowed(constraint)
+            token = next((t for t in b'a7[{"n' if t in options), min(options))  # rambling, where allowed
+            constraint.accept(token)  # (as a backend does, before the assembler counts it)
+            assembler.push(token)
+            text += bytes([token]) if token != EOS else b""
+        return text, assembler.close()[1].stats.valid, constraint.steered
+
+    text, valid, steered = answer(with_budget=True)
+    assert valid is True and steered > 0 and len(text) < budget, text
+    jsonschema.validate(json.loads(text), schema)
+    cut, valid, _ = answer(with_budget=False)
+    assert valid is False and len(cut) == budget  # cut at max_tokens: what the steering prevents
+
+
 # --- tools ------------------------------------------------------------------------------------------
 
 WEATHER = Tool(
