@@ -59,6 +59,16 @@ def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
     return sentencepiece
 
 
+def _markup_ids(tokenizer: Any) -> set[int]:
+    """Added tokens that are markup though not marked special (as GGUF's user-defined tokens come out of
+    a conversion: Gemma 3's ``<start_of_image>``), kept out of answers as llama.cpp's are here
+    (:mod:`llmrun.decoding.markers`)."""
+    from llmrun.decoding.markers import is_hidden_marker
+
+    added = tokenizer.added_tokens_decoder
+    return {int(i) for i, token in added.items() if not token.special and is_hidden_marker(str(token.content))}
+
+
 class MlxModel:
     """A loaded MLX model; implements :class:`llmrun.backends.base.LoadedModel`."""
 
@@ -70,7 +80,7 @@ class MlxModel:
         self.n_ctx = params.n_ctx
         self.load_params = params
         self._spell = _piece_decoder(tokenizer)
-        self._special = set(tokenizer.all_special_ids)
+        self._special = set(tokenizer.all_special_ids) | _markup_ids(tokenizer)
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self._eog = self._end_ids()
         self._cache: list[Any] | None = None
