@@ -115,7 +115,7 @@ class RemoteProxy:
     def _run(self, ticket: ProxyTicket) -> None:
         try:
             if ticket.deadline is not None and time.monotonic() > ticket.deadline:
-                raise TimedOut("the request waited for a slot past --request-timeout", "retry in a moment")
+                raise TimedOut("the request waited for a slot for its whole time", "retry when the server is less busy")
             events = self.model.complete(ticket.request)
             try:
                 for event in events:
