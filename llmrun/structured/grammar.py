@@ -147,6 +147,8 @@ class Constraint:
         self.digits = 0  # digits at the end of the text so far
         self.budget: int | None = None  # the tokens the answer may take (set by the assembler that counts them)
         self.steered = 0  # tokens chosen among closers only, the budget running out
+        self._in_string = False  # (JSON) the text so far ends inside a string
+        self._escaped = False
 
     # --- the grammar's side -------------------------------------------------------
     def accept(self, token_id: int) -> None:
@@ -162,6 +164,8 @@ class Constraint:
         piece = self._tokenizer.decode_bytes([token_id])
         run = len(piece) - len(piece.rstrip(b"0123456789"))
         self.digits = self.digits + run if run == len(piece) else run
+        if self.format.is_json:
+            self._in_string, self._escaped = _string_state(piece, self._in_string, self._escaped)
 
     def catch_up(self, generated: Sequence[int]) -> None:
         """Accept what of ``generated`` (the sequence's tokens so far) the grammar has not seen."""
@@ -199,7 +203,8 @@ class Constraint:
             bits = np.concatenate([bits, np.zeros(self._n_vocab - bits.size, dtype=np.bool_)])
         flags: npt.NDArray[np.bool_] = bits[: self._n_vocab]
         if self._closing():  # the budget runs out: close what is open, as soon as the grammar lets it
-            closers = flags & _closing_tokens(self._tokenizer)
+            ends, quote_ends = _closing_tokens(self._tokenizer)
+            closers = flags & (quote_ends if self._in_string else ends)
             if closers.any():
                 self.steered += 1
                 return closers
@@ -248,17 +253,33 @@ class Constraint:
 
 
 @functools.lru_cache(maxsize=4)
-def _closing_tokens(tokenizer: Any) -> npt.NDArray[np.bool_]:
-    """Which tokens of ``tokenizer`` end something in JSON — begin with ``"``, ``]`` or ``}`` — or end
-    the text (built when an answer first nears the end of its budget)."""
+def _closing_tokens(tokenizer: Any) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which tokens of ``tokenizer`` only close: outside a string, ``]`` and ``}`` runs and the end of
+    text; inside one, a quote followed by nothing but such (``"``, ``"}``, ``"]}``), so that a token
+    that closes a string and opens the next (``", "``) is not one (built when an answer first nears
+    the end of its budget)."""
     import numpy as np
 
-    closers = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
-    for token_id in range(closers.size):
+    ends = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
+    quote_ends = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
+    for token_id in range(ends.size):
         piece = tokenizer.decode_bytes([token_id])
-        closers[token_id] = bool(piece) and piece[:1] in (b'"', b"]", b"}")
-    closers[list(tokenizer.eos_tokens)] = True
-    return closers
+        ends[token_id] = bool(piece) and not piece.strip(b"]}")
+        quote_ends[token_id] = piece[:1] == b'"' and not piece[1:].strip(b"]}")
+    ends[list(tokenizer.eos_tokens)] = True
+    return ends, quote_ends
+
+
+def _string_state(piece: bytes, inside: bool, escaped: bool) -> tuple[bool, bool]:
+    """Whether JSON text ends inside a string (and after a backslash there) once ``piece`` follows."""
+    for byte in piece:
+        if inside and escaped:
+            escaped = False
+        elif inside and byte == 0x5C:  # backslash
+            escaped = True
+        elif byte == 0x22:  # quote
+            inside = not inside
+    return inside, escaped
 
 
 @functools.lru_cache(maxsize=4)

@@ -243,6 +243,23 @@ def test_run_reports_a_cut_answer_and_exits_non_zero(gemma: Path) -> None:
     assert "not complete JSON" in err and "--max-tokens" in err
 
 
+def test_an_answer_near_its_budget_finishes_instead_of_being_cut(gemma: Path) -> None:
+    """Unbounded strings and lists: without steering, the greedy answer is still in its description
+    after 96 tokens (cut, invalid); steered in its last 24, it closes and ends valid."""
+    schema = {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["description", "tags"],
+    }
+    args = ["run", "--schema", json.dumps(schema), "--json", "-t", "0", "-n", "96", "Describe the sea in JSON:"]
+    code, out, err = invoke(args)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["valid"] is True and report["stop_reason"] == "eos" and report["tokens"]["generated"] <= 96
+    jsonschema.validate(report["parsed"], schema)
+    assert len(report["parsed"]["description"]) > 100  # the model wrote freely until the budget ran low
+
+
 def test_an_unknown_format_is_noted_and_the_answer_checked_as_written(gemma: Path) -> None:
     schema = {
         "type": "object",
