@@ -19,6 +19,13 @@ quantized V cache) or layers run on a GPU or an RPC worker (whose kernels are bu
 from __future__ import annotations
 
 NARROW_HEAD = 64  # head dimensions up to this decode faster without flash attention on a CPU
+# the words for LoadParams.flash_attn (None: llmrun's choice, below), as --flash-attn takes and shows them
+CHOICES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
+
+def word(flash_attn: bool | None) -> str:
+    """``LoadParams.flash_attn`` as its word (auto, on, off)."""
+    return next(name for name, value in CHOICES.items() if value is flash_attn)
 
 
 def flash_attention(head_dim: int | None, kv_type: str, offloaded: bool) -> bool:

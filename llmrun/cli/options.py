@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmrun.api.flags import FLAGS
+from llmrun.backends import attention
 from llmrun.cli import complete
 from llmrun.decoding.sampling import DEFAULTS, SamplingParams
 from llmrun.decoding.speculative import DEFAULT_DRAFT_TOKENS, Draft
@@ -191,7 +192,7 @@ BackendOpt = Annotated[
     str,
     typer.Option(
         "--backend",
-        autocompletion=complete.choices("auto", "gguf", "mlx"),
+        autocompletion=complete.backend_names,
         help="auto, gguf (llama.cpp) or mlx. auto: MLX on Apple silicon when the model has an MLX form, "
         "an MLX directory on MLX, everything else on llama.cpp.",
         rich_help_panel=LOADING,
@@ -210,14 +211,13 @@ FlashAttnOpt = Annotated[
     str | None,
     typer.Option(
         "--flash-attn",
-        autocompletion=complete.choices("auto", "on", "off"),
+        autocompletion=complete.choices(*attention.CHOICES),
         help="llama.cpp's flash-attention kernel: on, off, or auto (llmrun's choice for the model: off on a CPU "
         "for heads 64 wide or narrower, where it is slower, else on). Default: auto.",
         rich_help_panel=LOADING,
         show_default=False,
     ),
 ]
-FLASH_ATTN = {"auto": None, "on": True, "off": False}
 MaxKvSizeOpt = Annotated[
     int | None,
     typer.Option(
@@ -241,7 +241,7 @@ def load_values(
     show_special: bool = False,
 ) -> dict[str, Any]:
     """The load options a command was given, by :class:`LoadParams` field (None: not given)."""
-    if flash_attn is not None and flash_attn.lower() not in FLASH_ATTN:
+    if flash_attn is not None and flash_attn.lower() not in attention.CHOICES:
         raise UsageError(f"--flash-attn must be on, off or auto, got {flash_attn!r}", "auto is llmrun's choice")
     if rpc_allow_remote and not rpc:
         raise UsageError("--rpc-allow-remote needs --rpc", "name the workers: --rpc HOST:PORT,HOST:PORT")
@@ -254,7 +254,7 @@ def load_values(
         "kv_type": KV_BITS_TYPES[kv_bits] if kv_bits is not None else None,
         "max_kv_size": max_kv_size,
         "rpc": _workers(rpc, rpc_allow_remote) if rpc else None,
-        "flash_attn": FLASH_ATTN[flash_attn.lower()] if flash_attn is not None else None,
+        "flash_attn": attention.CHOICES[flash_attn.lower()] if flash_attn is not None else None,
         "show_special": True if show_special else None,
     }
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmrun.backends import attention
 from llmrun.backends.base import LoadParams
 from llmrun.decoding.sampling import SamplingParams, merge_layers
 from llmrun.decoding.speculative import Draft
@@ -131,8 +132,7 @@ class RunPlan:
         names += ["max_kv_size"] if self.backend == "mlx" else []
         rows += [(name, getattr(self.load, name), self.sources[name]) for name in names]
         if self.backend == "gguf":
-            flash = {None: "auto", True: "on", False: "off"}[self.load.flash_attn]
-            rows.append(("flash_attn", flash, self.sources.get("flash_attn", "default")))
+            rows.append(("flash_attn", attention.word(self.load.flash_attn), self.sources.get("flash_attn", "default")))
         if self.load.rpc:
             rows.append(("rpc", ",".join(self.load.rpc), self.sources["rpc"]))
         rows += [(name, value, self.sources[name]) for name, value in self.sampling.to_dict().items()]
