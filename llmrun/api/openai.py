@@ -293,21 +293,22 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
     per_token = max(int(top or 0), 1) if want else 0
     fmt, tools = parse_response_format(body), parse_tools(body)
     continue_final = bool(_typed(body, "continue_final_message", bool, "a boolean"))
-    if continue_final and messages[-1].role != "assistant":
-        raise bad_field("continue_final_message", "continue_final_message needs the last message to be the assistant's")
-    requests = tuple(
-        Request(
-            messages=messages,
-            params=_seeded(params, i),
-            logprobs=per_token,
-            response_format=fmt,
-            tools=tools,
-            think=think,
-            template_kwargs=template_kwargs,
-            continue_final=continue_final,
+    try:  # (what a Request checks itself — continue_final_message with the assistant's message last — is a 400)
+        requests = tuple(
+            Request(
+                messages=messages,
+                params=_seeded(params, i),
+                logprobs=per_token,
+                response_format=fmt,
+                tools=tools,
+                think=think,
+                template_kwargs=template_kwargs,
+                continue_final=continue_final,
+            )
+            for i in range(n)
         )
-        for i in range(n)
-    )
+    except InvalidParameter as exc:
+        raise bad_field(exc.name, worded(exc.message)) from None
     return Call(body["model"], requests, stream, include_usage, alternatives, n)
 
 

@@ -60,7 +60,7 @@ class Request:
             raise InvalidParameter("tools", "given", "given with messages (a conversation), not a plain prompt")
         if self.continue_final and (not self.messages or self.messages[-1].role != "assistant"):
             raise InvalidParameter(
-                "continue_final_message", True, "given with a conversation whose last message is the assistant's"
+                "continue_final_message", True, "false unless the conversation's last message is the assistant's"
             )
 
 
