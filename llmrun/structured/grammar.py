@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from llmrun.errors import UsageError, backend_cannot
 from llmrun.structured.formats import Format, declared_only
@@ -203,14 +203,14 @@ class Constraint:
             bits = np.concatenate([bits, np.zeros(self._n_vocab - bits.size, dtype=np.bool_)])
         flags: npt.NDArray[np.bool_] = bits[: self._n_vocab]
         if self._closing():  # the budget runs out: close what is open, as soon as the grammar lets it
-            ends, quote_ends = _closing_tokens(self._tokenizer)
-            closers = flags & (quote_ends if self._in_string else ends)
+            classes = _token_classes(self._tokenizer)
+            closers = flags & (classes.quote_ends if self._in_string else classes.ends)
             if closers.any():
                 self.steered += 1
                 return closers
         if self.digits >= MAX_DIGITS:  # a number (or digits in a string) running on: end it where it may end,
-            digits, zeros = _digit_tokens(self._tokenizer)  # else move it on (0.000… stays above 0 forever)
-            for unwanted in (digits, zeros):
+            classes = _token_classes(self._tokenizer)  # else move it on (0.000… stays above 0 forever)
+            for unwanted in (classes.digits, classes.zeros):
                 others = flags & ~unwanted
                 if others.any():
                     return others
@@ -252,24 +252,6 @@ class Constraint:
         return mx.where(mx.array(row), logits, mx.array(-np.inf, dtype=logits.dtype))
 
 
-@functools.lru_cache(maxsize=4)
-def _closing_tokens(tokenizer: Any) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """Which tokens of ``tokenizer`` only close: outside a string, ``]`` and ``}`` runs and the end of
-    text; inside one, a quote followed by nothing but such (``"``, ``"}``, ``"]}``), so that a token
-    that closes a string and opens the next (``", "``) is not one (built when an answer first nears
-    the end of its budget)."""
-    import numpy as np
-
-    ends = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
-    quote_ends = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
-    for token_id in range(ends.size):
-        piece = tokenizer.decode_bytes([token_id])
-        ends[token_id] = bool(piece) and not piece.strip(b"]}")
-        quote_ends[token_id] = piece[:1] == b'"' and not piece[1:].strip(b"]}")
-    ends[list(tokenizer.eos_tokens)] = True
-    return ends, quote_ends
-
-
 def _string_state(piece: bytes, inside: bool, escaped: bool) -> tuple[bool, bool]:
     """Whether JSON text ends inside a string (and after a backslash there) once ``piece`` follows."""
     for byte in piece:
@@ -282,19 +264,32 @@ def _string_state(piece: bytes, inside: bool, escaped: bool) -> tuple[bool, bool
     return inside, escaped
 
 
+class TokenClasses(NamedTuple):
+    """Tokens of a vocabulary by what they do in JSON, one flag per token (built in one pass over the
+    vocabulary, the first time a run of digits gets long or an answer nears the end of its budget)."""
+
+    digits: npt.NDArray[np.bool_]  # begin with a digit
+    zeros: npt.NDArray[np.bool_]  # only zeros
+    ends: npt.NDArray[np.bool_]  # only close (``]`` and ``}`` runs), or end the text
+    quote_ends: npt.NDArray[np.bool_]  # close a string, then only ``]``/``}`` (``"``, ``"}``; not ``", "``)
+
+
 @functools.lru_cache(maxsize=4)
-def _digit_tokens(tokenizer: Any) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """Which tokens of ``tokenizer`` begin with a digit, and which are only zeros (built when a run of
-    digits first gets long)."""
+def _token_classes(tokenizer: Any) -> TokenClasses:
     import numpy as np
 
-    starts = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
-    zeros = np.zeros(int(tokenizer.vocab_size), dtype=np.bool_)
-    for token_id in range(starts.size):
+    size = int(tokenizer.vocab_size)
+    classes = TokenClasses(*(np.zeros(size, dtype=np.bool_) for _ in range(4)))
+    for token_id in range(size):
         piece = tokenizer.decode_bytes([token_id])
-        starts[token_id] = bool(piece) and 48 <= piece[0] <= 57
-        zeros[token_id] = bool(piece) and not piece.strip(b"0")
-    return starts, zeros
+        if not piece:
+            continue
+        classes.digits[token_id] = 48 <= piece[0] <= 57
+        classes.zeros[token_id] = not piece.strip(b"0")
+        classes.ends[token_id] = not piece.strip(b"]}")
+        classes.quote_ends[token_id] = piece[:1] == b'"' and not piece[1:].strip(b"]}")
+    classes.ends[list(tokenizer.eos_tokens)] = True
+    return classes
 
 
 def marker_for(model: object) -> Callable[[str], str]:
