@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from llmrun.engine.scheduler import QueueFull, TimedOut
 from llmrun.errors import LlmrunError, ShuttingDown
+from llmrun.remote.model import RemoteModel
 
 if TYPE_CHECKING:
     from llmrun.decoding.events import Token
     from llmrun.engine.core import LoadedEntry
     from llmrun.engine.request import Request
     from llmrun.engine.result import Result
-    from llmrun.remote.model import RemoteModel
 
     Sink = Callable[[Token | Result | LlmrunError], None]
 
@@ -54,7 +54,9 @@ class RemoteProxy:
 
     def __init__(self, entry: LoadedEntry, parallel: int, max_queue: int = 64, *, timeout: float | None = None) -> None:
         self.entry = entry
-        self.model: RemoteModel = entry.model  # type: ignore[assignment]  # (checked by the server when it loads it)
+        if not isinstance(entry.model, RemoteModel):
+            raise TypeError(f"{entry.name} runs here, not at an endpoint: it takes a Scheduler")
+        self.model = entry.model
         self.parallel = parallel
         self.max_queue = max_queue
         self.timeout = timeout

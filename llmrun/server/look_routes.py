@@ -66,10 +66,10 @@ def report(served: Served, asked: EngineRequest, top: int) -> dict[str, Any]:
     from llmrun.look.report import to_json
     from llmrun.look.view import look, piece_text
 
+    if served.remote:
+        raise ApiError(400, f"{served.name} runs on a remote engine: its forward pass cannot be looked into here")
     entry = served.scheduler.entry
     plan = entry.plan
-    if plan.backend == "remote":
-        raise ApiError(400, f"{served.name} runs on a remote engine: its forward pass cannot be looked into here")
     with _one_at_a_time:
         model = backends.get(plan.backend).load(plan.model.path, plan.load)
         try:

@@ -149,9 +149,10 @@ class ServerState:
         """``NAME:latest`` for a served ``NAME`` that has no tag: Ollama's clients (Open WebUI among them)
         tag a tagless name with ``:latest`` before they ask for it."""
         base = name.removesuffix(":latest")
-        if base != name and name not in self.names() and base in self.names():
-            return base
-        return name
+        if base == name:
+            return name
+        names = self.names()
+        return base if name not in names and base in names else name
 
     def embeddings(self) -> list[Embedding]:
         with self._lock:
