@@ -7,6 +7,8 @@ shell: a registry or store that cannot be read completes nothing.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterable
 
 from llmrun.errors import LlmrunError
@@ -53,3 +55,39 @@ def _starting(names: Callable[[], Iterable[str]], incomplete: str) -> list[str]:
     except (LlmrunError, OSError, ValueError):
         return []
     return [name for name in found if name.startswith(incomplete)]
+
+
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+SHELL_FLAGS = ("--show-completion", "--install-completion")
+
+
+def shell_request(argv: list[str]) -> tuple[str, str | None] | None:
+    """``--show-completion [SHELL]`` or ``--install-completion [SHELL]`` as the only words: the flag and
+    the shell named, if one is. (Typer's own options take no value: they detect the shell from the
+    parent processes and would ignore a name, printing bash's script to ``--show-completion fish``.)"""
+    if 1 <= len(argv) <= 2 and argv[0] in SHELL_FLAGS:
+        return argv[0], argv[1] if len(argv) == 2 else None
+    return None
+
+
+def answer_shell_request(flag: str, named: str | None) -> int:
+    """Print or install the completion script for the shell named (else the one detected); the exit code."""
+    from typer._completion_shared import _get_shell_name, get_completion_script, install
+
+    from llmrun.cli import render
+
+    shell = named if named is not None else _get_shell_name()
+    if shell not in SHELLS:
+        what = f"no completion for the shell '{shell}'" if shell else "could not tell which shell this is"
+        render.error(what, f"name one: llmrun {flag} bash (or zsh, fish, powershell)")
+        return 2
+    names = {"prog_name": "llmrun", "complete_var": "_LLMRUN_COMPLETE", "shell": shell}
+    if flag == "--show-completion":
+        try:
+            print(get_completion_script(**names), flush=True)
+        except BrokenPipeError:  # `llmrun --show-completion | head`: the reader went away
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    shell, path = install(**names)
+    print(f"{shell} completion installed in {path}; it takes effect in a new terminal")
+    return 0

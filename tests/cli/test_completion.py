@@ -76,8 +76,17 @@ def test_bash_completes_commands_options_and_model_names() -> None:
 def test_zsh_and_fish_get_the_same_names(shell: str) -> None:
     answer = " ".join(protocol(shell, "llmrun run -m gem"))
     assert "gemma3" in answer and "270m" in answer and "1b" in answer
-    script = llmrun(["--show-completion", shell])
-    assert script.returncode == 0 and "_LLMRUN_COMPLETE" in script.stdout
+    script = llmrun(["--show-completion", shell])  # the shell named, whichever shell runs the test
+    own = {"zsh": "#compdef llmrun", "fish": "complete --command llmrun"}[shell]
+    assert script.returncode == 0 and script.stdout.startswith(own) and "_LLMRUN_COMPLETE" in script.stdout
+
+
+def test_a_shell_without_completion_is_one_line() -> None:
+    done = llmrun(["--show-completion", "tcsh"])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: no completion for the shell 'tcsh' — name one: llmrun --show-completion bash (or zsh, fish, powershell)"
+    ]
 
 
 def test_completion_costs_an_ordinary_run_nothing_it_did_not_cost() -> None:
