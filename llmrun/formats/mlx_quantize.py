@@ -75,9 +75,9 @@ def quantize_mlx(
         )
     check_destination(dest, force, tree_size(source) * (bits + 1) // 16 + 1, directory=True)
     step = progress or (lambda what, done, total: None)
-    from llmrun.formats.mlx_header import quiet_transformers
+    from llmrun.formats.mlx_runtime import prepare_mlx
 
-    quiet_transformers()
+    prepare_mlx()
     import mlx.core as mx
     from mlx_lm.utils import compute_bits_per_weight, load_model, save_config, save_model
 

@@ -43,7 +43,7 @@ def model(gemma_cache: Path) -> Iterator[GgufModel]:
 
 @pytest.fixture(scope="module")
 def reference(gemma_cache: Path) -> GemmaReference:
-    return GemmaReference(gemma_cache)
+    return GemmaReference(gemma_cache, cache=gemma_cache.parent)
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ MLX_LEAD_ERROR = 0.45
 
 @pytest.fixture(scope="module")
 def reference(gemma_cache: Path) -> GemmaReference:
-    return GemmaReference(gemma_cache)
+    return GemmaReference(gemma_cache, cache=gemma_cache.parent)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ def facts(**changes: object) -> Facts:
         versions=dict.fromkeys(PACKAGES, "1.0"),
         llama_gpu_offload=False,
         mlx_device="Device(cpu, 0)",
+        mlx_blas="libopenblas.so.0",
         memory_total=16 * GiB,
         memory_available=8 * GiB,
         disk_free=100 * GiB,
@@ -37,6 +38,15 @@ def facts(**changes: object) -> Facts:
 
 def test_a_healthy_linux_machine_has_no_problems() -> None:
     assert diagnose(facts()) == []
+
+
+def test_mlx_on_a_linux_cpu_without_a_fast_blas_is_told_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [p.fix for p in diagnose(facts(mlx_blas=None))] == [
+        "install OpenBLAS (Debian/Ubuntu: apt install libopenblas0): llmrun gives it to mlx"
+    ]
+    assert diagnose(facts(mlx_blas=None, mlx_device="Device(gpu, 0)")) == []
+    monkeypatch.setenv("LLMRUN_MLX_BLAS", "none")  # the user's choice
+    assert diagnose(facts(mlx_blas=None)) == []
 
 
 def test_gpu_without_offload_gives_the_rebuild_command() -> None:
@@ -176,3 +186,35 @@ def test_directory_without_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelFileError, match="not valid"):
         read_mlx_header(tmp_path)
+
+
+def test_float32_on_the_cpu_needs_a_fast_blas_and_room_for_the_weights() -> None:
+    from llmrun.formats.mlx_runtime import computes_in_float32
+
+    assert computes_in_float32(268_000_000, 8 * GiB, "libopenblas.so.0")
+    assert not computes_in_float32(268_000_000, 8 * GiB, None)
+    assert not computes_in_float32(1_100_000_000, 8 * GiB, "libopenblas.so.0")  # 4.4 GB > half of 8 GiB
+
+
+@pytest.mark.parametrize("choice", ["", "none"])
+def test_the_fast_blas_is_loaded_before_mlx_unless_the_user_says_none(choice: str) -> None:
+    """In a fresh process (the library must come before mlx): OpenBLAS in the process's maps, or not."""
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+
+    if ctypes.util.find_library("openblas") is None:
+        pytest.skip("no OpenBLAS on this machine (Debian: apt install libopenblas0)")
+    probe = (
+        "from llmrun.formats.mlx_runtime import prepare_mlx, fast_blas\n"
+        "name = prepare_mlx()\n"
+        "import mlx.core\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print(name, fast_blas(), 'libopenblas' in maps)\n"
+    )
+    env = {**os.environ, "LLMRUN_MLX_BLAS": choice}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    expected = "None None False" if choice == "none" else "libopenblas.so.0 libopenblas.so.0 True"
+    assert done.stdout.split() == expected.split()
