@@ -205,11 +205,12 @@ def command_named(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    from llmrun.cli.complete import answer_shell_request, shell_request
+    if sys.argv[1:2] in (["--show-completion"], ["--install-completion"]):
+        from llmrun.cli.complete import answer_shell_request, shell_request
 
-    asked = shell_request(sys.argv[1:])
-    if asked is not None:
-        sys.exit(answer_shell_request(*asked))
+        asked = shell_request(sys.argv[1:])
+        if asked is not None:
+            sys.exit(answer_shell_request(*asked))
     command = command_named(_completing() or sys.argv[1:])
     (build(command) if command is not None else listing())()
 
