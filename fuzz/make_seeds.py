@@ -1,6 +1,6 @@
 """Write the seed corpora (``fuzz/corpus/<harness>/``) from the crafted inputs the tests build.
 
-Run once after changing a seed: ``python fuzz/make_seeds.py``; the files are committed.
+Run once after changing a seed: ``python fuzz/make_seeds.py [HARNESS …]``; the files are committed.
 """
 
 from __future__ import annotations
@@ -152,6 +152,12 @@ def template_seeds() -> dict[str, bytes]:
     }
 
 
+def image_seeds() -> dict[str, bytes]:
+    from tests.support import imagefiles
+
+    return imagefiles.headers()
+
+
 SEEDS = {
     "gguf_header": gguf_seeds,
     "imatrix": imatrix_seeds,
@@ -161,11 +167,14 @@ SEEDS = {
     "batch_input": batch_seeds,
     "models_toml": toml_seeds,
     "chat_template": template_seeds,
+    "image_header": image_seeds,
 }
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
     for harness, build in SEEDS.items():
+        if only and harness not in only:
+            continue
         folder = HERE / "corpus" / harness
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
@@ -175,4 +184,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])  # the harnesses named, or every one

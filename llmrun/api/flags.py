@@ -39,6 +39,9 @@ FLAGS = {
     "raw": "--raw",
     "draft": "--draft",
     "draft_tokens": "--draft-tokens",
+    # images
+    "mmproj": "--mmproj",
+    "image_max_tokens": "--image-max-tokens",
     # looking inside
     "layer": "--layer",
     # everywhere

@@ -153,6 +153,31 @@ class Speculates(Protocol):
 
 
 @runtime_checkable
+class SeesImages(Protocol):
+    """Images in the prompt, through a projector (a GGUF model's mmproj, through libmtmd)."""
+
+    def use_projector(self, path: Path, image_max_tokens: int | None = None) -> None: ...
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether a projector is loaded."""
+        ...
+
+    def stream_images(
+        self,
+        ids: Sequence[int],
+        at: Sequence[int],
+        images: Sequence[bytes],
+        params: SamplingParams,
+        *,
+        logprobs: int = 0,
+        constraint: Constraint | None = None,
+    ) -> Iterator[Token | Done]:
+        """A generation whose prompt has ``images[i]`` before token ``at[i]`` of ``ids``."""
+        ...
+
+
+@runtime_checkable
 class KeepsKv(Protocol):
     """KV cells kept on disk (the KV store): a prompt that starts with a kept prefix skips its prefill,
     and what a generation evaluated is kept for the next process."""

@@ -29,8 +29,17 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.backends.base import Evaluates, GeneratesBatch, KeepsKv, LoadedModel, Logits, Speculates
+    from llmrun.backends.base import (
+        Evaluates,
+        GeneratesBatch,
+        KeepsKv,
+        LoadedModel,
+        Logits,
+        SeesImages,
+        Speculates,
+    )
     from llmrun.backends.gguf_spec import ModelDrafter
+    from llmrun.backends.gguf_vision import Projector
     from llmrun.backends.trace import Geometry, Looks, TopK, Trace
     from llmrun.models.kv_store import KvStore
     from llmrun.structured.grammar import Constrains, Constraint
@@ -104,6 +113,7 @@ class GgufModel:
         self.kv_store: KvStore | None = None  # KV cells kept on disk (see use_kv_store)
         self.kv_point: KeepPoint = "prompt"
         self._n_swa = int(self._lib.llama_model_n_swa(llama._model.model))  # 0: no sliding window
+        self.projector: Projector | None = None  # images (see use_projector)
 
     def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively from now on, as ``draft`` says (``draft_model``: the model that drafts, loaded;
@@ -278,6 +288,82 @@ class GgufModel:
         )
         self._keep(ids)
 
+    def use_projector(self, path: Path, image_max_tokens: int | None = None) -> None:
+        """Read images from now on, through the projector (mmproj) at ``path`` (see :mod:`gguf_vision`)."""
+        from llmrun.backends.gguf_vision import Projector
+
+        if self.projector is not None:
+            self.projector.close()
+        self.projector = Projector(path, self.llama, self.load_params.n_threads, image_max_tokens)
+
+    @property
+    def sees_images(self) -> bool:
+        return self.projector is not None
+
+    def stream_images(
+        self,
+        ids: Sequence[int],
+        at: Sequence[int],
+        images: Sequence[bytes],
+        params: SamplingParams,
+        *,
+        logprobs: int = 0,
+        constraint: Constraint | None = None,
+    ) -> Iterator[Token | Done]:
+        """:meth:`stream` for a prompt with images: ``images[i]`` sits before token ``at[i]`` of ``ids``."""
+        import dataclasses
+
+        from llmrun.backends.gguf_vision import evaluate, layout
+
+        projector = self.projector
+        if projector is None:
+            raise UsageError("this model was loaded without a projector: it does not see images", "")
+        started = time.perf_counter()
+        spans = []
+        try:
+            for number, data in enumerate(images, 1):
+                spans.append(projector.span(data, f"image {number}" if len(images) > 1 else "the image"))
+            plan = layout(ids, at, spans)
+            if len(plan.keys) >= self.n_ctx:
+                raise ContextFull(
+                    f"the prompt takes {len(plan.keys)} positions ({sum(s.positions for s in spans)} of them "
+                    f"for {len(spans)} image{'s' if len(spans) > 1 else ''}), more than the context of {self.n_ctx}",
+                    "raise `n_ctx`, or give fewer or smaller images (`image_max_tokens`)",
+                )
+            encoded, hits = projector.encode_seconds, projector.hits
+            cached = evaluate(projector, self.llama, plan)
+            seed = params.run_seed()
+            self.llama.set_seed(seed if seed is not None else 0)
+            window = params.repeat_last_n
+            self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window
+            processors = [_masker(constraint)] if constraint is not None else None
+            sampled = self.llama.generate(plan.keys, reset=True, logits_processor=processors, **sampler_kwargs(params))
+            for event in assemble(
+                sampled,
+                self.piece,
+                self.is_end,
+                prompt_tokens=len(plan.keys),
+                n_ctx=self.n_ctx,
+                params=params,
+                seed=seed,
+                score=self._scorer(logprobs) if logprobs > 0 else None,
+                cached_tokens=cached,
+                constraint=constraint,
+                started=started,
+            ):
+                if isinstance(event, Done):
+                    stats = dataclasses.replace(
+                        event.stats,
+                        image_tokens=sum(s.positions for s in spans),
+                        image_seconds=projector.encode_seconds - encoded,
+                        images_reused=projector.hits - hits,
+                    )
+                    event = Done(event.text, stats)
+                yield event
+        finally:
+            for span in spans:
+                projector.free(span)
+
     def grammar_tokenizer(self) -> Any:
         """The vocabulary as llguidance reads it (control tokens marked special; every end-of-generation
         token ends a constrained answer); built on first use, about 2 s for Gemma's 262k tokens."""
@@ -395,6 +481,9 @@ class GgufModel:
         return gguf_look.embedding_rows(self, chunk)
 
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.draft_model_drafter is not None:
             self.draft_model_drafter.close()
             self.draft_model_drafter = None
@@ -446,5 +535,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: GgufModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv]:
-        return model, model, model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv, SeesImages]:
+        return model, model, model, model, model, model, model, model, model

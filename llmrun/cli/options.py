@@ -509,6 +509,38 @@ MinScoreOpt = Annotated[
     ),
 ]
 
+IMAGES = "Images"
+ImageOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--image",
+        "-i",
+        help="An image the model reads before the prompt (PNG, JPEG, GIF or BMP; '-': stdin's bytes; "
+        "repeatable). The model needs its projector: --mmproj.",
+        rich_help_panel=IMAGES,
+        show_default=False,
+    ),
+]
+MmprojOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--mmproj",
+        help="A vision model's projector file (its mmproj GGUF), which turns images into what the model reads.",
+        rich_help_panel=IMAGES,
+        show_default=False,
+    ),
+]
+ImageMaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--image-max-tokens",
+        min=1,
+        help="The most tokens an image may take (projectors with a variable resolution downscale to fit).",
+        rich_help_panel=IMAGES,
+        show_default=False,
+    ),
+]
+
 REMOTE = "Remote engines"
 EndpointOpt = Annotated[
     list[str] | None,

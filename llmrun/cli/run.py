@@ -14,6 +14,8 @@ from llmrun.cli import options as o
 from llmrun.errors import LlmrunError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from llmrun.decoding.speculative import Draft
     from llmrun.engine.plan import RunPlan
     from llmrun.engine.result import Result
@@ -117,6 +119,9 @@ def run(
     ] = False,
     store: o.StoreOpt = None,
     endpoint: o.EndpointOpt = None,
+    image: o.ImageOpt = None,
+    mmproj: o.MmprojOpt = None,
+    image_max_tokens: o.ImageMaxTokensOpt = None,
 ) -> None:
     """Run one prompt and stream the answer.
 
@@ -130,6 +135,8 @@ def run(
 
       llmrun run --schema person.json "Invent a person" | jq .name
 
+      llmrun run -m gemma3:4b --mmproj mmproj.gguf --image cat.png "What is in this picture?"
+
       llmrun run --endpoint http://gpu1:8000/v1 -m Qwen/Qwen3-8B "Hello"
     """
     flags = o.sampling_values(locals())
@@ -140,6 +147,9 @@ def run(
         raise UsageError(
             "--logprobs goes with --json", "add --json, or use --show-probs to see probabilities as colours"
         )
+    from llmrun.cli.images import read_images
+
+    images = read_images(image or (), prompt)
     text = read_prompt(prompt)
     if not text.strip() and not show_params:
         raise UsageError(
@@ -160,6 +170,7 @@ def run(
         endpoints=endpoint or (),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
+    run_plan = with_projector(run_plan, images, mmproj, image_max_tokens)
     if run_plan.backend == "remote" and show_prompt:
         raise UsageError("--show-prompt shows a local model's prompt; a remote engine renders its own", "drop it")
     if show_params:
@@ -172,7 +183,27 @@ def run(
 
         retrieval = Retrieval(retrieve(rag, text, k, store, min_score), show_context)
     output = Output(stats, json_output, show_probs, logprobs, hide_thinking, show_prompt)
-    _generate(run_plan, text, Prompting(system, raw, chosen, think), output, retrieval, constrained)
+    _generate(run_plan, text, Prompting(system, raw, chosen, think), output, retrieval, constrained, images)
+
+
+def with_projector(
+    run_plan: RunPlan, images: tuple[bytes, ...], mmproj: Path | None, image_max_tokens: int | None
+) -> RunPlan:
+    """The plan with its projector (--mmproj), which images need; a model given images without one is one line."""
+    import dataclasses
+
+    if mmproj is not None and not mmproj.is_file():
+        raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
+    if images and mmproj is None:
+        raise UsageError(
+            f"{run_plan.model.name} does not see images: it has no projector",
+            "give a vision model's projector with --mmproj FILE (its mmproj GGUF)",
+        )
+    if run_plan.backend == "remote" and (images or mmproj):
+        raise UsageError("images go to a local model for now", "drop --endpoint, or --image")
+    if mmproj is None:
+        return run_plan
+    return dataclasses.replace(run_plan, mmproj=mmproj, image_max_tokens=image_max_tokens)
 
 
 def check_format(constrained: Format | None) -> None:
@@ -285,6 +316,7 @@ def _generate(
     output: Output,
     retrieval: Retrieval | None = None,
     constrained: Format | None = None,
+    images: tuple[bytes, ...] = (),
 ) -> None:
     import math
 
@@ -318,11 +350,13 @@ def _generate(
                 logprobs=want,
                 response_format=constrained,
                 think=prompting.think,
+                images=images,
             )
             if output.show_prompt:
                 spinner.stop()
                 model = local(entry.model, "show the prompt it reads")
-                views.prompt_view(model, request_ids(model, entry.templates, request).ids)
+                shown = request_ids(model, entry.templates, request).prompt
+                views.prompt_view(model, shown.ids, images=shown.images)
             try:
                 for event in engine.complete(entry, request):
                     if isinstance(event, Result):
@@ -424,6 +458,15 @@ def _draft_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     return [("drafted", f"{n['drafted']} tokens, {n['accepted']} accepted ({share:.0%})")]
 
 
+def _image_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The images' line in --stats: the tokens they took and the time encoding them."""
+    n = report["tokens"]
+    if not n.get("images"):
+        return []
+    reused = f", {n['images_reused']} reused" if n["images_reused"] else ""
+    return [("images", f"{n['images']} tokens, encoded in {report['timings']['image_encode_s']:.3f} s{reused}")]
+
+
 def _print_stats(report: dict[str, Any]) -> None:
     from llmrun.cli import render
     from llmrun.units import format_bytes
@@ -447,6 +490,7 @@ def _print_stats(report: dict[str, Any]) -> None:
         ("stop reason", stop),
         ("seed", "greedy" if report["seed"] is None else report["seed"]),
         *_draft_rows(report),
+        *_image_rows(report),
         ("peak memory", format_bytes(report["peak_memory_bytes"])),
     ]
     render.table("", ["stat", "value"], rows, header=False)

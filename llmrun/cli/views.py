@@ -12,19 +12,28 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None) -> None:
-    """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given)."""
+def prompt_view(
+    model: Any, ids: Sequence[int], console: Console | None = None, images: Sequence[int] = ()
+) -> None:
+    """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given);
+    ``images``: where each image sits (before that token), shown as ``[image N]``."""
     from rich.text import Text
 
     from llmrun.prompt.render import prompt_spans
 
     console = console or err_console()
-    spans = prompt_spans(model, ids)
-    specials = sum(1 for _, special in spans if special)
+    bounds = [0, *images, len(ids)]
+    specials = 0
     text = Text()
-    for piece, special in spans:
-        text.append(piece, style="bold magenta" if special else None)
-    console.print(Text(f"── prompt: {len(ids)} tokens, {specials} special (highlighted) ──", style="dim"))
+    for number in range(len(bounds) - 1):
+        if number:
+            text.append(f"[image {number}]", style="bold black on cyan")
+        spans = prompt_spans(model, ids[bounds[number] : bounds[number + 1]])
+        specials += sum(1 for _, special in spans if special)
+        for piece, special in spans:
+            text.append(piece, style="bold magenta" if special else None)
+    shown = f", {len(images)} image{'s' if len(images) > 1 else ''}" if images else ""
+    console.print(Text(f"── prompt: {len(ids)} tokens, {specials} special (highlighted){shown} ──", style="dim"))
     console.print(text)
     console.print(Text("── end of prompt ──", style="dim"))
 

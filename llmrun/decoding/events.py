@@ -53,6 +53,9 @@ class GenerationStats:
     valid: bool | None = None  # constrained output: whether the text is complete under its format
     drafted: int = 0  # speculative decoding: tokens proposed by the draft
     accepted: int = 0  # … and those the model kept
+    image_tokens: int = 0  # of prompt_tokens, the positions images take
+    image_seconds: float = 0.0  # encoding the images (part of prompt_seconds)
+    images_reused: int = 0  # images whose encoding was kept from an earlier request
 
     @property
     def prompt_tps(self) -> float:

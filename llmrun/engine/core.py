@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import KeepsKv, batching
+from llmrun.backends.base import KeepsKv, SeesImages, batching
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.load import Loaded, load
@@ -28,7 +28,7 @@ from llmrun.engine.request import (
     request_ids,
 )
 from llmrun.engine.result import Result, TokenLogprob
-from llmrun.errors import LlmrunError
+from llmrun.errors import LlmrunError, UsageError
 from llmrun.remote.model import RemoteModel
 
 if TYPE_CHECKING:
@@ -126,6 +126,8 @@ class Engine:
             prepared: dict[int, Prepared] = {}
             for index, request in enumerate(requests):
                 try:
+                    if request.images:
+                        raise UsageError("images are read one request at a time, not in a batch", "")
                     prepared[index] = request_ids(model, entry.templates, request)
                     constraint = request_constraint(model, entry.templates, request)
                 except LlmrunError as exc:
@@ -163,7 +165,23 @@ def generate(
     splitter = Splitter(prepared.thinking)
     logprobs: list[TokenLogprob] = []
     done: Done | None = None
-    for event in model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint):
+    if request.images:
+        if not isinstance(model, SeesImages) or not model.sees_images:
+            raise UsageError(
+                "this model does not see images: it was loaded without a projector",
+                "give a vision model's projector with `mmproj` (its mmproj GGUF file)",
+            )
+        events = model.stream_images(
+            prepared.ids,
+            prepared.prompt.images,
+            request.images,
+            request.params,
+            logprobs=request.logprobs,
+            constraint=constraint,
+        )
+    else:
+        events = model.stream(prepared.ids, request.params, logprobs=request.logprobs, constraint=constraint)
+    for event in events:
         if isinstance(event, Done):
             done = event
             continue

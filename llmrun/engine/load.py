@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmrun import backends
-from llmrun.backends.base import KeepsKv, LoadedModel, LoadParams, Speculates
+from llmrun.backends.base import KeepsKv, LoadedModel, LoadParams, SeesImages, Speculates
 from llmrun.decoding.speculative import Draft
 from llmrun.engine.plan import RunPlan
 from llmrun.errors import InsufficientMemory, UsageError, backend_cannot
@@ -58,6 +58,12 @@ def load(run_plan: RunPlan) -> Loaded:
         attach_draft(model, run_plan.backend, run_plan.load, run_plan.draft, draft_path)
         if run_plan.kv_cache:
             attach_kv_store(model, run_plan.model.name, run_plan.load, run_plan.kv_cache)
+        if run_plan.mmproj is not None:
+            if not isinstance(model, SeesImages):
+                raise UsageError(
+                    f"the {run_plan.backend} backend reads no images", "run the model's GGUF with its projector"
+                )
+            model.use_projector(run_plan.mmproj, run_plan.image_max_tokens)
     except BaseException:
         model.close()
         raise

@@ -106,6 +106,8 @@ class RunPlan:
     draft_model: ResolvedModel | None = None  # the draft model, located (mode ``model``)
     endpoints: tuple[Endpoint, ...] = ()  # backend ``remote``: where the model is served
     kv_cache: int | None = None  # the KV store's limit in bytes: prefixes kept on disk (None: off)
+    mmproj: Path | None = None  # a vision model's projector: the model reads images
+    image_max_tokens: int | None = None  # the most positions an image may take (None: the projector's own)
 
     @property
     def extras(self) -> frozenset[str]:

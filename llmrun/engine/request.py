@@ -42,6 +42,7 @@ class Request:
     think: bool | None = None  # a reasoning model's enable_thinking (None: the template's default)
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # more variables for the chat template
     continue_final: bool = False  # the answer continues the last (assistant) message instead of a new turn
+    images: tuple[bytes, ...] = ()  # image files' bytes, before the prompt's text (or the last user message's)
 
     @property
     def variables(self) -> dict[str, Any]:
@@ -171,17 +172,28 @@ def finish(
     return request_result(result, templates, request, prepared)
 
 
+def image_marker() -> str:
+    """Where an image goes in a rendered prompt: chosen at random per request, so user text cannot forge one."""
+    import secrets
+
+    return f"<__llmrun_image_{secrets.token_hex(8)}__>"
+
+
 def request_ids(model: LoadedModel, templates: Templates, request: Request) -> Prepared:
-    """The request's prompt; user text is never read as special tokens."""
+    """The request's prompt; user text is never read as special tokens. Images go before the text (as
+    llama.cpp's mtmd-cli and Ollama put them): ``Prepared.prompt.images`` says where."""
     system = request.system if request.system is not None else templates.system  # the model's, unless given
+    marker = image_marker() if request.images else None
+    images = (marker or "") * len(request.images)
     if request.prompt is not None:
         prompt, fmt = prompt_ids(
             model,
             templates.own,
-            request.prompt,
+            images + request.prompt,
             request.system if request.raw else system,
             request.raw,
             request.variables,
+            image_marker=marker,
         )
         template = templates.own if fmt == "chat template" else None
         return _nonempty(Prepared(prompt, fmt, thinking_for(template, prompt.text) if template else None))
@@ -189,6 +201,12 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         system = request.system
     head = [Message("system", system)] if system else []
     messages = [*head, *request.messages]
+    if images:
+        users = [i for i, m in enumerate(messages) if m.role == "user"]
+        if not users:
+            raise UsageError("images go with a user message, and the conversation has none", "add one")
+        last = users[-1]
+        messages[last] = dataclasses.replace(messages[last], content=images + messages[last].content)
     dialect = tool_dialect(templates, request)
     tools = None
     if dialect is None or request.tools is None:
@@ -200,7 +218,13 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         messages = generic_messages(messages, request.tools)
     template = templates.for_request(request)
     prompt = render_prompt(
-        model, template, messages, tools=tools, variables=request.variables, continue_final=request.continue_final
+        model,
+        template,
+        messages,
+        tools=tools,
+        variables=request.variables,
+        continue_final=request.continue_final,
+        image_marker=marker,
     )
     return _nonempty(Prepared(prompt, "chat template", thinking_for(template, prompt.text)))
 

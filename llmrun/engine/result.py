@@ -57,6 +57,9 @@ class Result:
     reasoning: str | None = None  # a reasoning model's reasoning, apart from ``text`` (None: it did not reason)
     drafted: int = 0  # speculative decoding: tokens the draft proposed
     accepted: int = 0  # … and those the model kept
+    image_tokens: int = 0  # of the prompt tokens, the positions images took
+    image_seconds: float = 0.0  # encoding them (part of the time to the first token)
+    images_reused: int = 0  # images whose encoding an earlier request left
 
     @classmethod
     def of(
@@ -84,6 +87,9 @@ class Result:
             valid=bool(s.valid) if response_format is not None else None,
             drafted=s.drafted,
             accepted=s.accepted,
+            image_tokens=s.image_tokens,
+            image_seconds=s.image_seconds,
+            images_reused=s.images_reused,
         )
 
     def stats(self) -> GenerationStats:
@@ -102,6 +108,9 @@ class Result:
             valid=self.valid,
             drafted=self.drafted,
             accepted=self.accepted,
+            image_tokens=self.image_tokens,
+            image_seconds=self.image_seconds,
+            images_reused=self.images_reused,
         )
 
     @property
@@ -131,6 +140,10 @@ class Result:
             "stop_string": self.stop_string,
             "seed": self.seed,
         }
+        if self.image_tokens:
+            data["tokens"]["images"] = self.image_tokens
+            data["tokens"]["images_reused"] = self.images_reused
+            data["timings"]["image_encode_s"] = round(self.image_seconds, 4)
         if self.reasoning is not None:
             data = {"text": self.text, "reasoning_content": self.reasoning, **data}
         if self.structured is not None:

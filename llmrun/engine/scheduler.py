@@ -33,7 +33,7 @@ from llmrun.engine.core import LoadedEntry
 from llmrun.engine.load import local
 from llmrun.engine.request import Prepared, Request, finish, request_constraint, request_ids
 from llmrun.engine.result import Result, TokenLogprob
-from llmrun.errors import LlmrunError, ShuttingDown
+from llmrun.errors import LlmrunError, ShuttingDown, UsageError
 
 log = logging.getLogger("llmrun.scheduler")
 
@@ -223,6 +223,8 @@ class Scheduler:
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
+        if request.images:
+            raise UsageError("images are not served yet: `llmrun run --image` reads them", "")
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             prepared = request_ids(self.model, self.entry.templates, request)
             token_budget(len(prepared.ids), self.n_ctx_seq, request.params)  # a prompt too long fails now

@@ -21,6 +21,23 @@ class Prompt:
 
     text: str
     ids: list[int]
+    images: tuple[int, ...] = ()  # where each image sits: the number of tokens of ``ids`` before it
+
+
+def split_at_images(text: str, marker: str | None) -> list[str]:
+    """``text`` in the pieces between images (one piece when there is no ``marker``): each marker is
+    where an image goes (the marker is chosen per request at random, so user text cannot forge one)."""
+    return text.split(marker) if marker else [text]
+
+
+def _with_images(pieces: list[list[int]]) -> tuple[list[int], tuple[int, ...]]:
+    ids: list[int] = []
+    at: list[int] = []
+    for number, piece in enumerate(pieces):
+        if number:
+            at.append(len(ids))
+        ids += piece
+    return ids, tuple(at)
 
 
 _MARKUP = re.compile(r"[<\[\u25c1][^\s]+[>\]\u25b7]")  # <think>, <tool_call>, [TOOL_CALLS], \u25c1think\u25b7
@@ -35,12 +52,15 @@ def render_prompt(
     continue_final: bool = False,
     tools: Sequence[dict[str, Any]] | None = None,
     variables: Mapping[str, Any] | None = None,
+    image_marker: str | None = None,
 ) -> Prompt:
     """A conversation rendered through ``template`` (with ``tools`` for templates that describe them,
     ``variables`` such as ``enable_thinking``; ``continue_final``: the prompt ends inside the last message,
     transformers' ``continue_final_message``) and tokenized so that user text never becomes special
     tokens: the special-token strings inside user-supplied values are marked in a second rendering,
-    found in the real one by aligning the two (``template.attribute``), and tokenized as plain text."""
+    found in the real one by aligning the two (``template.attribute``), and tokenized as plain text.
+    ``image_marker``: where it appears in the rendering, an image goes (``Prompt.images``); the text on
+    either side is tokenized apart, as libmtmd does."""
     bos, eos = model.bos_id, model.eos_id
     context = Context(
         bos_token=model.detokenize([bos], special=True) if bos is not None else "",
@@ -54,18 +74,28 @@ def render_prompt(
     ids = model.tokenize(text, special=True, add_bos=False)
     guarded = _guarded_tokens(model, template, ids)
     pattern = special_pattern(guarded.values())
+    segments: list[tuple[str, bool]] = [(text, True)]
     if pattern is not None and contains(list(context.user_values(messages).values()), pattern):
         found = pattern
         marked = render_text(template, messages, context, transform=lambda v: mark(v, found))
-        ids = []
-        for segment in attribute(text, marked, pattern):
-            if segment.special:
-                ids += model.tokenize(segment.text, special=True, add_bos=False)
-            else:
-                ids += _plain_ids(model, segment.text, set(guarded))
+        segments = [(segment.text, segment.special) for segment in attribute(text, marked, pattern)]
+    if len(segments) > 1 or image_marker:
+        pieces: list[list[int]] = [[]]
+        for segment_text, special in segments:
+            for number, part in enumerate(split_at_images(segment_text, image_marker)):
+                if number:
+                    pieces.append([])
+                if special:
+                    pieces[-1] += model.tokenize(part, special=True, add_bos=False)
+                else:
+                    pieces[-1] += _plain_ids(model, part, set(guarded))
+        ids, images = _with_images(pieces)
+    else:
+        images = ()
     if model.adds_bos and bos is not None and ids[:1] != [bos]:
         ids.insert(0, bos)
-    return Prompt(text, ids)
+        images = tuple(at + 1 for at in images)
+    return Prompt(text, ids, images)
 
 
 def _special(model: Vocabulary, token_id: int) -> tuple[str, bool] | None:
@@ -124,10 +154,17 @@ def prompt_ids(
     system: str | None,
     raw: bool,
     variables: Mapping[str, Any] | None = None,
+    image_marker: str | None = None,
 ) -> tuple[Prompt, PromptFormat]:
     """The prompt as the model reads it; user text is never read as special tokens."""
     if raw or template is None:
         text = f"{system}\n\n{prompt}" if system else prompt
-        return Prompt(text, model.tokenize(text, special=False, add_bos=model.adds_bos)), "plain"
+        if not image_marker:
+            return Prompt(text, model.tokenize(text, special=False, add_bos=model.adds_bos)), "plain"
+        pieces = [model.tokenize(part, special=False, add_bos=False) for part in split_at_images(text, image_marker)]
+        ids, images = _with_images(pieces)
+        if model.adds_bos and model.bos_id is not None:
+            ids, images = [model.bos_id, *ids], tuple(at + 1 for at in images)
+        return Prompt(text, ids, images), "plain"
     messages = ([Message("system", system)] if system else []) + [Message("user", prompt)]
-    return render_prompt(model, template, messages, variables=variables), "chat template"
+    return render_prompt(model, template, messages, variables=variables, image_marker=image_marker), "chat template"
