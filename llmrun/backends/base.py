@@ -163,6 +163,10 @@ class SeesImages(Protocol):
         """Whether a projector is loaded."""
         ...
 
+    def image_positions(self, image: bytes) -> int:
+        """The context positions an image takes (its tokens and the text the projector wraps it in)."""
+        ...
+
     def stream_images(
         self,
         ids: Sequence[int],

@@ -294,11 +294,17 @@ class GgufModel:
 
         if self.projector is not None:
             self.projector.close()
-        self.projector = Projector(path, self.llama, self.load_params.n_threads, image_max_tokens)
+        _route_llama_logs()
+        self.projector = Projector(path, self.llama, self.load_params.n_threads, image_max_tokens, _log_callback)
 
     @property
     def sees_images(self) -> bool:
         return self.projector is not None
+
+    def image_positions(self, image: bytes) -> int:
+        if self.projector is None:
+            raise UsageError("this model was loaded without a projector: it does not see images", "")
+        return self.projector.positions(image)
 
     def stream_images(
         self,

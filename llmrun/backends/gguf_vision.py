@@ -55,10 +55,15 @@ class ImageSpan:
 class Projector:
     """A projector loaded on a text model's weights (libmtmd's context)."""
 
-    def __init__(self, path: Path, llama: Any, n_threads: int, image_max_tokens: int | None = None) -> None:
+    def __init__(
+        self, path: Path, llama: Any, n_threads: int, image_max_tokens: int | None = None, log: Any = None
+    ) -> None:
+        """``log``: llama.cpp's log callback the backend routes its lines through (libmtmd's go there too)."""
         from llama_cpp import mtmd_cpp
 
         self._m = mtmd_cpp
+        if log is not None:
+            mtmd_cpp.mtmd_helper_log_set(log, ctypes.c_void_p(0))
         self.path = path
         params = mtmd_cpp.mtmd_context_params_default()
         params.use_gpu = False
@@ -78,6 +83,7 @@ class Projector:
             raise ModelFileError(f"{path.name} has no vision encoder", "give the model's image projector (mmproj)")
         self._n_embd = int(llama._model.n_embd())
         self._encoded: OrderedDict[str, Any] = OrderedDict()
+        self._positions: dict[str, int] = {}
         self.hits = 0  # images met again: their encoding reused
         self.encode_seconds = 0.0
 
@@ -120,6 +126,15 @@ class Projector:
         digest = hashlib.sha256(data).hexdigest()
         return ImageSpan(digest, before, tokens, positions, after, chunks, index)
 
+    def positions(self, data: bytes) -> int:
+        """The context positions ``data`` takes, the text around it included (kept by content hash)."""
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in self._positions:
+            span = self.span(data)
+            self.free(span)
+            self._positions[digest] = span.length
+        return self._positions[digest]
+
     def free(self, span: ImageSpan) -> None:
         self._m.mtmd_input_chunks_free(span.chunks)
 
@@ -145,7 +160,16 @@ class Projector:
             self._encoded.move_to_end(span.digest)
         new_past = ctypes.c_int32(0)
         status = m.mtmd_helper_decode_image_chunk(
-            self._ctx, llama._ctx.ctx, chunk, embeddings, n_past, 0, n_batch, ctypes.byref(new_past), None, None
+            self._ctx,
+            llama._ctx.ctx,
+            chunk,
+            embeddings,
+            n_past,
+            0,
+            n_batch,
+            ctypes.byref(new_past),
+            m.mtmd_helper_post_decode_callback(),  # none
+            None,
         )
         if status != 0:
             raise BackendError(f"llama.cpp could not evaluate the image's embeddings ({status})", "try --debug")

@@ -32,6 +32,7 @@ COMMANDS = {
     "/export": "/export FILE.md — write a Markdown transcript",
     "/stats": "timings of the last answer and the context used",
     "/rag": "/rag NAME — answer from a document collection (llmrun index); /rag off; /rag shows which",
+    "/image": "/image PATH — an image for your next message (it stays in the conversation; needs --mmproj)",
     "/bye": "leave (also Ctrl-D)",
 }
 ALIASES = {"/exit": "/bye", "/quit": "/bye", "/?": "/help"}
@@ -82,13 +83,15 @@ def chat(
     min_score: o.MinScoreOpt = -1.0,
     store: o.StoreOpt = None,
     endpoint: o.EndpointOpt = None,
+    mmproj: o.MmprojOpt = None,
+    image_max_tokens: o.ImageMaxTokensOpt = None,
 ) -> None:
     """Chat with a model. Type /help inside for commands; Ctrl-C stops an answer, Ctrl-D leaves.
 
     Input: Enter sends; Esc then Enter (or a \"\"\" block) adds lines. Piped stdin: one message per line.
     """
     from llmrun.cli import render
-    from llmrun.cli.run import check_format, plan
+    from llmrun.cli.run import check_format, plan, with_projector
     from llmrun.engine.chat import ChatSession
     from llmrun.engine.core import Engine
 
@@ -112,6 +115,7 @@ def chat(
         endpoints=endpoint or (),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
+    run_plan = with_projector(run_plan, (), mmproj, image_max_tokens)
     engine = Engine(template=chosen)
     with render.status(f"Loading {run_plan.model.name}…"):
         entry = engine.load(run_plan)
@@ -198,6 +202,7 @@ class Repl:
         self.rag = rag or Rag()
         self.out = render.out_console()
         self.used = 0
+        self.images: list[bytes] = []  # attached with /image, sent with the next message
 
     # --- input loops ---------------------------------------------------------------
     def interactive(self, history: Path | None, **prompt_args: Any) -> None:
@@ -273,7 +278,8 @@ class Repl:
             used: tuple[Any, ...] = ()
             if self.rag.collection:
                 message, used = self.ground(message)
-            self.stream(lambda: self.session.reply(message))
+            images, self.images = tuple(self.images), []
+            self.stream(lambda: self.session.reply(message, images))
             if used:
                 from llmrun.cli import render, views
 
@@ -283,6 +289,23 @@ class Repl:
 
             render.error(exc.message, exc.hint)
         return True
+
+    def attach(self, path: str) -> None:
+        """``/image PATH``: read and check the image now; it goes with the next message."""
+        from llmrun.backends.base import SeesImages
+        from llmrun.cli.images import read_images
+
+        if not path or path == "-":
+            raise UsageError("/image needs a file (stdin is the conversation)", "/image cat.png")
+        model = self.session.model
+        if not (isinstance(model, SeesImages) and model.sees_images):
+            raise UsageError(
+                f"{self.session.model_name} does not see images: it was loaded without a projector",
+                "restart the chat with --mmproj FILE (the model's mmproj GGUF)",
+            )
+        self.images += read_images([Path(path).expanduser()], prompt="")
+        count = len(self.images)
+        self.note(f"{path} attached: it goes with your next message ({count} image{'s' if count > 1 else ''})")
 
     def command(self, text: str) -> bool:
         word, _, rest = text.partition(" ")
@@ -328,6 +351,8 @@ class Repl:
             self.stats()
         elif word == "/rag":
             self.use_collection(rest)
+        elif word == "/image":
+            self.attach(rest)
         else:
             close = difflib.get_close_matches(word, [*COMMANDS, *ALIASES], n=1)
             raise UsageError(f"unknown command {word}", f"did you mean {close[0]}?" if close else "/help lists them")

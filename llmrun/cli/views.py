@@ -12,9 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def prompt_view(
-    model: Any, ids: Sequence[int], console: Console | None = None, images: Sequence[int] = ()
-) -> None:
+def prompt_view(model: Any, ids: Sequence[int], console: Console | None = None, images: Sequence[int] = ()) -> None:
     """The prompt exactly as the model reads it, its special tokens highlighted (on stderr unless given);
     ``images``: where each image sits (before that token), shown as ``[image N]``."""
     from rich.text import Text

@@ -10,6 +10,7 @@ the turn is refused. Conversations save to and load from JSON, atomically.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from llmrun.backends.base import SeesImages
 from llmrun.decoding.events import Done, GenerationStats, Token
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.decoding.tokens import common_prefix
@@ -34,7 +36,7 @@ from llmrun.structured.formats import Format
 
 OnOverflow = Literal["drop", "error"]
 SAVE_VERSION = 1
-MAX_SAVED_BYTES = 8 * 1024 * 1024
+MAX_SAVED_BYTES = 64 * 1024 * 1024  # a conversation with a few photos in it
 PARAM_ALIASES = {
     "t": "temperature",
     "temp": "temperature",
@@ -53,6 +55,7 @@ class Turn:
     content: str
     interrupted: bool = False
     reasoning: str | None = None  # an answer's reasoning, kept apart: the template decides what it shows
+    images: tuple[bytes, ...] = ()  # a message's images (files' bytes), read before its text
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,8 @@ class ChatSession:
     def messages(self, turns: list[Turn] | None = None) -> list[Message]:
         head = [Message("system", self.system)] if self.system else []
         return head + [
-            Message(t.role, t.content, reasoning=t.reasoning) for t in (self.turns if turns is None else turns)
+            Message(t.role, t.content, reasoning=t.reasoning, images=t.images)
+            for t in (self.turns if turns is None else turns)
         ]
 
     def prompt(self, *, add_generation_prompt: bool = True) -> Prompt:
@@ -123,11 +127,24 @@ class ChatSession:
         if self.remote:
             stats = self.last.stats if self.last else None
             return stats.prompt_tokens + stats.generated_tokens if stats else 0
-        return len(self.prompt(add_generation_prompt=False).ids)
+        images = tuple(image for turn in self.turns for image in turn.images)
+        return len(self.prompt(add_generation_prompt=False).ids) + self._image_positions(images)
 
-    def reply(self, text: str) -> Generator[Token | Done, None, None]:
-        """Add the user's message and stream the answer (kept in the history, even if cut short)."""
-        self.turns.append(Turn("user", text))
+    def _image_positions(self, images: tuple[bytes, ...]) -> int:
+        """The context positions ``images`` take (0 on a model without a projector: it refuses them anyway)."""
+        if not images or not isinstance(self.model, SeesImages) or not self.model.sees_images:
+            return 0
+        return sum(self.model.image_positions(image) for image in images)
+
+    def reply(self, text: str, images: tuple[bytes, ...] = ()) -> Generator[Token | Done, None, None]:
+        """Add the user's message (with ``images``, read before its text) and stream the answer (kept in the
+        history, even if cut short)."""
+        if images and not (isinstance(self.model, SeesImages) and self.model.sees_images):
+            raise UsageError(
+                f"{self.model_name} does not see images: it was loaded without a projector",
+                "restart the chat with `mmproj` (the model's mmproj GGUF)",
+            )
+        self.turns.append(Turn("user", text, images=images))
         try:
             fitted = self._fit()
         except ContextFull:
@@ -160,7 +177,7 @@ class ChatSession:
         while True:
             request = self.request()
             prepared = request_ids(self.model, self.templates, request)
-            ids = prepared.ids
+            ids = [*prepared.ids, *range(self._image_positions(prepared.images))]  # only its length counts
             if len(ids) + self._reserve() <= self.n_ctx:
                 return request, prepared, dropped
             if self.on_overflow == "error":
@@ -214,7 +231,7 @@ class ChatSession:
             self.turns.append(Turn("assistant", text, result is None, thought))
             self._cached = ids + generated
             stats = result.stats() if result is not None else None
-            prompt_tokens = len(ids) if prepared is not None else (stats.prompt_tokens if stats else 0)
+            prompt_tokens = stats.prompt_tokens if stats is not None else len(ids)  # images count too
             cached = stats.cached_tokens if stats is not None else cached  # the backend's count: the KV store's too
             self.last = TurnReport(stats, prompt_tokens, cached, dropped, result is None)
 
@@ -258,7 +275,7 @@ class ChatSession:
             "system": self.system,
             "params": self.params.to_dict(),
             "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "messages": [dataclasses.asdict(t) for t in self.turns],
+            "messages": [_saved_turn(t) for t in self.turns],
         }
 
     def save(self, directory: Path, name: str) -> Path:
@@ -277,7 +294,13 @@ class ChatSession:
         record = read_saved(path)
         self.system = record["system"]
         self.turns = [
-            Turn(m["role"], m["content"], bool(m.get("interrupted", False)), m.get("reasoning"))
+            Turn(
+                m["role"],
+                m["content"],
+                bool(m.get("interrupted", False)),
+                m.get("reasoning"),
+                tuple(base64.b64decode(image) for image in m.get("images", ())),
+            )
             for m in record["messages"]
         ]
         self.params = SamplingParams(**{k: v for k, v in record["params"].items()})
@@ -352,6 +375,15 @@ def _parse_value(key: str, text: str, current: Any) -> Any:
         raise UsageError(f"/set {key} needs {kind}, got {text!r}", f"e.g. /set {key} 1") from None
 
 
+def _saved_turn(turn: Turn) -> dict[str, Any]:
+    """A turn as a saved chat keeps it: its images (when it has any) as base64."""
+    saved = dataclasses.asdict(turn)
+    del saved["images"]
+    if turn.images:
+        saved["images"] = [base64.b64encode(image).decode("ascii") for image in turn.images]
+    return saved
+
+
 def read_saved(path: Path) -> dict[str, Any]:
     """A saved chat, validated; a missing, oversized or malformed file is a clear error."""
     try:
@@ -374,6 +406,20 @@ def read_saved(path: Path) -> dict[str, Any]:
     return dict(record)
 
 
+def _images_problem(images: Any) -> str | None:
+    """What is wrong with a saved message's images (base64 of PNG, JPEG, GIF or BMP files), if anything."""
+    from llmrun.formats.image import ImageError, sniff
+
+    if not isinstance(images, list) or not all(isinstance(image, str) for image in images):
+        return "images is not a list of base64 strings"
+    for image in images:
+        try:
+            sniff(base64.b64decode(image, validate=True))
+        except (ValueError, ImageError) as exc:
+            return f"an image is not one ({exc})"
+    return None
+
+
 def _schema_problem(record: Any) -> str | None:
     if not isinstance(record, dict) or record.get("version") != SAVE_VERSION:
         return f"expected a version {SAVE_VERSION} chat object"
@@ -390,6 +436,9 @@ def _schema_problem(record: Any) -> str | None:
             or not isinstance(message.get("reasoning"), (str, type(None)))
         ):
             return f"message {index} needs a role (user or assistant) and text content"
+        problem = _images_problem(message.get("images", []))
+        if problem:
+            return f"message {index}: {problem}"
     if "stop" in record["params"] and isinstance(record["params"]["stop"], list):
         record["params"]["stop"] = tuple(record["params"]["stop"])
     return None

@@ -126,7 +126,7 @@ class Engine:
             prepared: dict[int, Prepared] = {}
             for index, request in enumerate(requests):
                 try:
-                    if request.images:
+                    if request.has_images:
                         raise UsageError("images are read one request at a time, not in a batch", "")
                     prepared[index] = request_ids(model, entry.templates, request)
                     constraint = request_constraint(model, entry.templates, request)
@@ -165,7 +165,7 @@ def generate(
     splitter = Splitter(prepared.thinking)
     logprobs: list[TokenLogprob] = []
     done: Done | None = None
-    if request.images:
+    if prepared.images:
         if not isinstance(model, SeesImages) or not model.sees_images:
             raise UsageError(
                 "this model does not see images: it was loaded without a projector",
@@ -174,7 +174,7 @@ def generate(
         events = model.stream_images(
             prepared.ids,
             prepared.prompt.images,
-            request.images,
+            prepared.images,
             request.params,
             logprobs=request.logprobs,
             constraint=constraint,

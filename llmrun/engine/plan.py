@@ -144,6 +144,10 @@ class RunPlan:
             rows.append(("draft_tokens", self.draft.tokens, source))
         kv_cache = format_bytes(self.kv_cache) if self.kv_cache else "off"
         rows.append(("kv_cache", kv_cache, self.sources.get("kv_cache", "default")))
+        if self.mmproj is not None:
+            rows.append(("mmproj", str(self.mmproj), "command line"))
+            if self.image_max_tokens is not None:
+                rows.append(("image_max_tokens", self.image_max_tokens, "command line"))
         return rows
 
 

@@ -45,6 +45,10 @@ class Request:
     images: tuple[bytes, ...] = ()  # image files' bytes, before the prompt's text (or the last user message's)
 
     @property
+    def has_images(self) -> bool:
+        return bool(self.images) or any(m.images for m in self.messages)
+
+    @property
     def variables(self) -> dict[str, Any]:
         """The extra variables the chat template is rendered with."""
         extra = {"enable_thinking": self.think} if self.think is not None else {}
@@ -121,6 +125,7 @@ class Prepared:
     prompt: Prompt
     format: PromptFormat
     thinking: Thinking | None = None  # None: the template has no reasoning markers (or a plain prompt)
+    images: tuple[bytes, ...] = ()  # the images in the prompt, in order (``prompt.images`` says where each sits)
 
     @property
     def ids(self) -> list[int]:
@@ -183,7 +188,7 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
     """The request's prompt; user text is never read as special tokens. Images go before the text (as
     llama.cpp's mtmd-cli and Ollama put them): ``Prepared.prompt.images`` says where."""
     system = request.system if request.system is not None else templates.system  # the model's, unless given
-    marker = image_marker() if request.images else None
+    marker = image_marker() if request.has_images else None
     images = (marker or "") * len(request.images)
     if request.prompt is not None:
         prompt, fmt = prompt_ids(
@@ -196,7 +201,8 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
             image_marker=marker,
         )
         template = templates.own if fmt == "chat template" else None
-        return _nonempty(Prepared(prompt, fmt, thinking_for(template, prompt.text) if template else None))
+        thinking = thinking_for(template, prompt.text) if template else None
+        return _nonempty(Prepared(prompt, fmt, thinking, request.images))
     if any(m.role == "system" for m in request.messages):
         system = request.system
     head = [Message("system", system)] if system else []
@@ -206,7 +212,16 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         if not users:
             raise UsageError("images go with a user message, and the conversation has none", "add one")
         last = users[-1]
-        messages[last] = dataclasses.replace(messages[last], content=images + messages[last].content)
+        messages[last] = dataclasses.replace(messages[last], images=messages[last].images + request.images)
+    in_order: tuple[bytes, ...] = ()
+    for number, message in enumerate(messages):
+        if message.images:
+            if message.role != "user":
+                raise UsageError(f"images go with user messages, not {message.role} ones", "")
+            in_order += message.images
+            messages[number] = dataclasses.replace(
+                message, content=(marker or "") * len(message.images) + message.content
+            )
     dialect = tool_dialect(templates, request)
     tools = None
     if dialect is None or request.tools is None:
@@ -226,7 +241,7 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
         continue_final=request.continue_final,
         image_marker=marker,
     )
-    return _nonempty(Prepared(prompt, "chat template", thinking_for(template, prompt.text)))
+    return _nonempty(Prepared(prompt, "chat template", thinking_for(template, prompt.text), in_order))
 
 
 def _nonempty(prepared: Prepared) -> Prepared:

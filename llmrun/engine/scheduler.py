@@ -223,7 +223,7 @@ class Scheduler:
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
-        if request.images:
+        if request.has_images:
             raise UsageError("images are not served yet: `llmrun run --image` reads them", "")
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             prepared = request_ids(self.model, self.entry.templates, request)

@@ -49,6 +49,7 @@ class Message:
     tool_call_id: str | None = None  # a tool turn: the call it answers
     name: str | None = None  # a tool turn: the function's name
     reasoning: str | None = None  # an assistant turn's reasoning, apart from its answer
+    images: tuple[bytes, ...] = ()  # a user turn's images (files' bytes), read before its text
 
 
 def message_dict(message: Message) -> dict[str, Any]:

@@ -4,7 +4,10 @@ and llama.cpp's own ``llama-mtmd-cli`` gives the same greedy tokens."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.request import Request, request_ids, templates_for
 from llmrun.errors import ContextFull
 from llmrun.formats.gguf_header import read_header
+from llmrun.prompt.template import BUILTIN_TEMPLATES
 from tests.support import imagefiles, projector
 from tests.support.helpers import invoke
 
@@ -44,7 +48,8 @@ def model(gemma_cache: Path, mmproj: Path) -> Iterator[GgufModel]:
 
 
 def prepared(model: GgufModel, gemma_cache: Path, prompt: str, *images: bytes) -> tuple[list[int], tuple[int, ...]]:
-    templates = templates_for(None, read_header(gemma_cache))
+    """The prompt through Gemma's chat template (the packaged base model has none of its own)."""
+    templates = templates_for(None, read_header(gemma_cache), chosen=(BUILTIN_TEMPLATES["gemma"], "gemma"))
     prompt_ = request_ids(model, templates, Request(prompt=prompt, images=images)).prompt
     return prompt_.ids, prompt_.images
 
@@ -64,6 +69,9 @@ def test_the_image_goes_where_the_template_puts_the_user_text(model: GgufModel, 
     # user text that looks like a marker is text: the marker is chosen per request
     ids, at = prepared(model, gemma_cache, "<__llmrun_image_0000000000000000__> hi", b"x")
     assert len(at) == 1 and "<__llmrun_image_0000000000000000__> hi" in model.detokenize(ids[at[0] :])
+    # a model without a template reads a plain prompt: the image right after <bos>, as llama.cpp puts it
+    plain = request_ids(model, templates_for(None, read_header(gemma_cache)), Request(prompt="Hi", images=(b"x",)))
+    assert plain.format == "plain" and plain.prompt.images == (1,) and plain.prompt.ids[0] == model.bos_id
 
 
 def test_two_images_give_different_answers_and_one_seen_again_is_not_encoded_again(
@@ -121,7 +129,7 @@ def test_bad_images_are_one_line_each(gemma: Path, mmproj: Path, tmp_path: Path)
     for name, (data, expected) in cases.items():
         path = tmp_path / name
         path.write_bytes(data)
-        code, out, err = invoke([*base, "--image", str(path)])
+        code, _, err = invoke([*base, "--image", str(path)])
         assert code == 2 and expected in err and "Traceback" not in err, (name, err)
         assert len(err.strip().splitlines()) == 1, err
     code, _, err = invoke(["run", "-m", "gemma3:270m", "--image", str(tmp_path / "broken.png"), "hi"])
@@ -141,10 +149,36 @@ def test_greedy_tokens_equal_llama_mtmd_cli(
     from tests.support import mtmd_reference
 
     cli = mtmd_reference.build(_machine_cache())
+    answers: list[str] = []
     for image in images:
         reference = mtmd_reference.greedy(cli, gemma_cache, mmproj, image, "Describe the picture.", 12, 512)
         args = ["run", "-m", "gemma3:270m", "--mmproj", str(mmproj), "--image", str(image), "-t", "0", "-n", "12"]
-        code, out, err = invoke([*args, "--ctx", "512", "--threads", "2", "--json", "Describe the picture."])
+        args += ["--ctx", "512", "--threads", "2", "--template", "gemma", "--show-special", "--json"]
+        code, out, err = invoke([*args, "Describe the picture."])
         assert code == 0, err
-        text = json.loads(out)["text"]
-        assert text and reference.strip().startswith(text.strip()), (text, reference)
+        report = json.loads(out)
+        assert report["tokens"]["generated"] == 12 and report["stop_reason"] == "length"
+        answers.append(report["text"])
+        assert report["text"].strip() and report["text"].strip() == reference.strip(), (report["text"], reference)
+    assert answers[0] != answers[1]  # the two images are told apart
+
+
+def test_chat_keeps_each_image_in_the_conversation_and_in_a_saved_chat(
+    gemma: Path, mmproj: Path, images: tuple[Path, Path]
+) -> None:
+    from tests.support.helpers import llmrun
+
+    args = ["chat", "-m", "gemma3:270m", "--mmproj", str(mmproj), "--template", "gemma", "-t", "0", "-n", "4"]
+    script = f"/image {images[0]}\nDescribe.\n/image {images[1]}\nAnd this one?\n/stats\n/save pics\n"
+    done = llmrun(args, stdin=script)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"{images[0]} attached" in done.stderr + done.stdout
+    # the second turn's prompt: the first image and answer reused from the context, the second image new
+    assert re.search(r"prompt\s+\d+ tokens \((\d+) reused from the KV cache\)", done.stdout + done.stderr)
+    saved = json.loads((Path(os.environ["LLMRUN_HOME"]) / "chats" / "pics.json").read_text())
+    kept = [base64.b64decode(image) for m in saved["messages"] for image in m.get("images", [])]
+    assert kept == [images[0].read_bytes(), images[1].read_bytes()]
+    again = llmrun(args, stdin="/load pics\nAnd now?\n")
+    assert again.returncode == 0 and "error" not in again.stderr, again.stderr
+    without = llmrun(["chat", "-m", "gemma3:270m", "-n", "2"], stdin=f"/image {images[0]}\n")
+    assert "does not see images" in without.stderr and "--mmproj" in without.stderr

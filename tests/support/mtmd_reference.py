@@ -38,15 +38,19 @@ def build(cache: Path) -> Path:
         jobs = str(os.cpu_count() or 2)
         for command in (configure, ["cmake", "--build", str(target / "build"), "-j", jobs, "--target", CLI]):
             done = subprocess.run(command, capture_output=True, text=True, check=False)
-            assert done.returncode == 0, f"{' '.join(command[:3])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            assert done.returncode == 0, (
+                f"{' '.join(command[:3])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
         shutil.rmtree(target / "sdist", ignore_errors=True)
         return cli
 
 
 def greedy(cli: Path, model: Path, mmproj: Path, image: Path, prompt: str, n: int, n_ctx: int) -> str:
-    """What ``llama-mtmd-cli`` answers, greedy, on one thread (its stdout: the generated text)."""
+    """What ``llama-mtmd-cli`` answers, greedy, through llama.cpp's Gemma chat template (its stdout: the
+    generated text, between a newline before and two after)."""
     command = [str(cli), "-m", str(model), "--mmproj", str(mmproj), "--image", str(image), "-p", prompt]
     command += ["--temp", "0", "-n", str(n), "-c", str(n_ctx), "-t", "2", "--no-warmup", "--seed", "1"]
+    command += ["--chat-template", "gemma"]  # the packaged base model has none of its own
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

@@ -78,4 +78,3 @@ def write(path: Path, seed: int = 0) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
-

@@ -14,6 +14,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.chat import ChatSession, Turn, read_saved
 from llmrun.errors import UsageError, word
 from llmrun.prompt.template import BUILTIN_TEMPLATES, Context, Message, builtin_for, render_text
+from tests.support import imagefiles
 
 CONVERSATION = [
     Message("system", "Be brief."),
@@ -92,7 +93,8 @@ def test_set_param_validates_like_the_flags() -> None:
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
     session = _session()
     session.system = "Be nice."
-    session.turns = [Turn("user", "Hi <start_of_turn>"), Turn("assistant", "Hel", interrupted=True)]
+    png = imagefiles.png_bytes(4, 4)
+    session.turns = [Turn("user", "Hi <start_of_turn>", images=(png,)), Turn("assistant", "Hel", interrupted=True)]
     session.set_param("temperature", "0.3")
     path = session.save(tmp_path, "trip-plan")
     assert path == tmp_path / "trip-plan.json" and not list(tmp_path.glob(".partial-*"))
@@ -123,6 +125,34 @@ def test_chat_names_cannot_be_paths(tmp_path: Path, name: str) -> None:
             json.dumps({"version": 1, "system": None, "params": {"top_p": 7}, "messages": []}).encode(),
             "bad params",
         ),
+        (
+            json.dumps(
+                {"version": 1, "system": None, "params": {}, "messages": [{"role": "user", "content": "", "images": 3}]}
+            ).encode(),
+            "message 0: images is not a list",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "system": None,
+                    "params": {},
+                    "messages": [{"role": "user", "content": "", "images": ["aGk="]}],
+                }
+            ).encode(),
+            "message 0: an image is not one",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "system": None,
+                    "params": {},
+                    "messages": [{"role": "user", "content": "", "images": ["*"]}],
+                }
+            ).encode(),
+            "message 0: an image is not one",
+        ),
     ],
 )
 def test_malformed_saved_chats_are_refused(tmp_path: Path, content: bytes, message: str) -> None:
@@ -134,7 +164,7 @@ def test_malformed_saved_chats_are_refused(tmp_path: Path, content: bytes, messa
 
 def test_oversized_and_missing_saved_chats(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
-    big.write_bytes(b" " * (9 * 1024 * 1024))
+    big.write_bytes(b" " * (65 * 1024 * 1024))
     with pytest.raises(UsageError, match="more than a chat file may be"):
         read_saved(big)
     with pytest.raises(UsageError, match="no saved chat named 'nope'"):
