@@ -226,8 +226,12 @@ def _text(pieces: list[list[int] | ImageSpan], tokens: list[int]) -> None:
 
 
 def evaluate(projector: Projector, llama: Any, plan: Layout) -> int:
-    """Bring ``llama``'s context to every position of ``plan`` but the last (which the sampling loop
-    evaluates, as for text), reusing the longest prefix it already holds; the positions reused."""
+    """Bring ``llama``'s context up to the text after the last image, reusing the longest prefix it already
+    holds; the text after the last image is the sampling loop's to evaluate (in one batch, as a text
+    prompt is). The positions reused."""
+    if not plan.pieces or isinstance(plan.pieces[-1], ImageSpan):
+        raise UsageError("the prompt ends with an image", "add some text after it")
+    trailing = len(plan.keys) - len(plan.pieces[-1])
     held = list(llama.input_ids[: llama.n_tokens])
     common = 0
     for a, b in zip(held, plan.keys, strict=False):
@@ -248,8 +252,7 @@ def evaluate(projector: Projector, llama: Any, plan: Layout) -> int:
         llama._ctx.kv_cache_clear()
     llama.n_tokens = common
     position = 0
-    end = len(plan.keys) - 1  # the last position is the sampling loop's
-    for piece in plan.pieces:
+    for piece in plan.pieces[:-1]:
         length = piece.positions if isinstance(piece, ImageSpan) else len(piece)
         if position + length <= common:
             position += length
@@ -259,9 +262,7 @@ def evaluate(projector: Projector, llama: Any, plan: Layout) -> int:
             llama.input_ids[llama.n_tokens : after] = plan.keys[llama.n_tokens : after]
             llama.n_tokens = after
         else:
-            skip = max(0, common - position)
-            tokens = piece[skip : max(skip, min(length, end - position))]
-            if tokens:
-                llama.eval(tokens)
+            llama.eval(piece[max(0, common - position) :])
         position += length
+    assert llama.n_tokens == max(common, trailing)
     return common
