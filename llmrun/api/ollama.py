@@ -48,7 +48,6 @@ UNSUPPORTED = {
     "template": "template is not supported: llmrun renders the model's own chat template (send raw: true instead)",
     "suffix": "suffix (fill-in-the-middle) is not supported",
     "context": "context is deprecated by Ollama and not supported: send the conversation to /api/chat",
-    "images": "images are not supported: this server runs text models",
 }
 
 
@@ -163,6 +162,7 @@ def parse_generate(body: Any, defaults: SamplingParams, max_tokens: int = -1) ->
     think, variables = _think(body.get("think"))
     request = Request(
         prompt=prompt,
+        images=_images(body.get("images"), "images"),
         params=params(body.get("options"), defaults, max_tokens),
         system=system or None,
         raw=raw,
@@ -222,6 +222,20 @@ def _think(value: Any) -> tuple[bool | None, dict[str, Any]]:
     raise OllamaError(400, "think must be true, false, or high, medium or low")
 
 
+def _images(value: Any, where: str) -> tuple[bytes, ...]:
+    """Ollama's ``images``: base64 strings of PNG, JPEG, GIF or BMP files (never paths or URLs)."""
+    from llmrun.api.images import BadImage, from_base64
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise OllamaError(400, f"{where} must be an array of base64 strings")
+    try:
+        return tuple(from_base64(v) for v in value)
+    except BadImage as exc:
+        raise OllamaError(400, f"{where}: {exc}") from None
+
+
 def _message(value: Any, index: int) -> Message:
     where = f"messages[{index}]"
     if not isinstance(value, dict):
@@ -229,8 +243,9 @@ def _message(value: Any, index: int) -> Message:
     role, content = value.get("role"), value.get("content", "")
     if role not in ("system", "user", "assistant", "tool"):
         raise OllamaError(400, f"{where}.role must be system, user, assistant or tool")
-    if value.get("images"):
-        raise OllamaError(400, f"{where}.images: images are not supported (this server runs text models)")
+    images = _images(value.get("images"), f"{where}.images")
+    if images and role != "user":
+        raise OllamaError(400, f"{where}.images: images go in user messages")
     if not isinstance(content, str):
         raise OllamaError(400, f"{where}.content must be a string")
     calls = tuple(_call(c, f"{where}.tool_calls[{j}]", j) for j, c in enumerate(value.get("tool_calls") or ()))
@@ -247,6 +262,7 @@ def _message(value: Any, index: int) -> Message:
         calls,
         name=name if role == "tool" and isinstance(name, str) else None,
         reasoning=thinking if role == "assistant" and thinking else None,
+        images=images,
     )
 
 

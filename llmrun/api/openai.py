@@ -194,21 +194,38 @@ def _seeded(params: SamplingParams, index: int) -> SamplingParams:
     return dataclasses.replace(params, seed=(params.seed + index) % (2**32))
 
 
-def _content(value: Any, where: str) -> str:
+def _content(value: Any, where: str, images_allowed: bool = False) -> tuple[str, tuple[bytes, ...]]:
+    """A message's text, and its images (``image_url`` parts: data URLs; a user message's only), which the
+    model reads before the text."""
+    from llmrun.api.images import BadImage, from_url
+
     if isinstance(value, str):
-        return value
+        return value, ()
     if not isinstance(value, list):
         raise bad_field(where, f"{where} must be a string or an array of content parts", "invalid_type")
-    texts = []
+    texts: list[str] = []
+    images: list[bytes] = []
     for j, part in enumerate(value):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
+        elif kind == "image_url" and images_allowed:
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise bad_field(
+                    f"{where}[{j}].image_url",
+                    'an image_url part is {"type": "image_url", "image_url": {"url": "data:…"}}',
+                )
+            try:
+                images.append(from_url(url))
+            except BadImage as exc:
+                raise bad_field(f"{where}[{j}].image_url", str(exc), "invalid_image") from None
         elif kind in ("image_url", "input_audio", "file", "image"):
-            raise bad_field(f"{where}[{j}]", f"{kind} content is not supported: this server runs text models")
+            raise bad_field(f"{where}[{j}]", f"{kind} content is not supported here (images go in user messages)")
         else:
             raise bad_field(f"{where}[{j}]", 'a content part must be {"type": "text", "text": "..."}')
-    return "".join(texts)
+    return "".join(texts), tuple(images)
 
 
 MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
@@ -244,10 +261,12 @@ def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
         content = message.get("content")
         if content is None and role == "assistant":
             content = ""
+        text, images = _content(content, f"{where}.content", images_allowed=role == "user")
         parsed.append(
             Message(
                 ROLES[role],
-                _content(content, f"{where}.content"),
+                text,
+                images=images,
                 tool_calls=parse_tool_calls(calls, f"{where}.tool_calls") if calls else (),
                 tool_call_id=call_id if role == "tool" else None,
                 name=message.get("name") if role == "tool" and isinstance(message.get("name"), str) else None,

@@ -150,6 +150,16 @@ def serve(
     kv_cache_size: o.KvCacheSizeOpt = None,
     no_kv_cache: o.NoKvCacheOpt = False,
     force: o.ForceOpt = False,
+    mmproj: Annotated[
+        Path | None,
+        typer.Option(
+            "--mmproj",
+            help="The first -m model's projector (its mmproj GGUF): it then reads images (OpenAI image_url data "
+            "URLs, Ollama's images).",
+            rich_help_panel=o.IMAGES,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models), Ollama's (/api) and a web
     page at / (a chat that shows each token's probability and what else the model could have said).
@@ -198,6 +208,7 @@ def serve(
         draft=o.draft_choice(draft, draft_tokens),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
         ui=not no_ui,
+        mmproj=_projector(model, mmproj),
     )
     if config.kv_cache[0]:
         from llmrun.cli import render
@@ -206,6 +217,17 @@ def serve(
     port = port if port is not None else OLLAMA_PORT if ollama else DEFAULT_PORT
     _check_port(host, port, ollama)
     _run(config, host, port, warn_open=not is_loopback(host) and key is None, open_page=open_page)
+
+
+def _projector(models: list[str] | None, mmproj: Path | None) -> tuple[str, Path] | None:
+    """--mmproj: the first -m model's projector (it then reads images)."""
+    if mmproj is None:
+        return None
+    if not models:
+        raise UsageError("--mmproj goes with -m MODEL: it is that model's projector", "add -m MODEL")
+    if not mmproj.is_file():
+        raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
+    return models[0], mmproj
 
 
 DEFAULT_PORT = 8080

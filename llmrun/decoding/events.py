@@ -81,6 +81,8 @@ class BatchRequest:
     ids: list[int]
     params: SamplingParams
     constraint: Constraint | None = None  # the format the answer must follow (structured output)
+    images: tuple[bytes, ...] = ()  # images in the prompt (a model with a projector): ``images[i]`` before token
+    image_at: tuple[int, ...] = ()  # ``image_at[i]`` of ``ids``
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.backends.base import Decoder, GeneratesBatch, Speculates
+from llmrun.backends.base import Decoder, GeneratesBatch, SeesImages, Speculates
 from llmrun.decoding.assembler import token_budget
 from llmrun.decoding.events import BatchRequest, Done, GenerationStats, Token
 from llmrun.decoding.reasoning import Splitter
@@ -66,7 +66,18 @@ class SequentialDecoder:
         return self._current is not None
 
     def admit(self, request: BatchRequest, logprobs: int = 0) -> LlmrunError | None:
-        events = self.model.stream(request.ids, request.params, logprobs=logprobs, constraint=request.constraint)
+        if request.images:
+            assert isinstance(self.model, SeesImages)
+            events = self.model.stream_images(
+                request.ids,
+                request.image_at,
+                request.images,
+                request.params,
+                logprobs=logprobs,
+                constraint=request.constraint,
+            )
+        else:
+            events = self.model.stream(request.ids, request.params, logprobs=logprobs, constraint=request.constraint)
         self._current = (request.index, iter(events), _SoFar(request))
         return None
 
@@ -186,6 +197,8 @@ class Scheduler:
         self.max_queue = max_queue
         self._decoder = self._new_decoder()
         self.batching = not isinstance(self._decoder, SequentialDecoder)
+        # requests with images go one at a time through the model's own context, beside the batch
+        self._images = self._decoder if not self.batching else SequentialDecoder(self.model)
         self._waiting: deque[Ticket] = deque()
         self._running: dict[int, Ticket] = {}
         self._cancelled: list[Ticket] = []
@@ -223,11 +236,19 @@ class Scheduler:
     # --- callers' side (any thread) ---------------------------------------------------
     def submit(self, request: Request, sink: Sink) -> Ticket:
         """Queue ``request``; its events go to ``sink``. Raises QueueFull, or the prompt's own error."""
-        if request.has_images:
-            raise UsageError("images are not served yet: `llmrun run --image` reads them", "")
+        if request.has_images and not (isinstance(self.model, SeesImages) and self.model.sees_images):
+            raise UsageError(
+                f"{self.entry.name} does not see images: it was loaded without a projector",
+                "serve a vision model with its projector (`mmproj`)",
+            )
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
             prepared = request_ids(self.model, self.entry.templates, request)
-            token_budget(len(prepared.ids), self.n_ctx_seq, request.params)  # a prompt too long fails now
+            positions = len(prepared.ids)
+            if prepared.images:
+                assert isinstance(self.model, SeesImages)
+                positions += sum(self.model.image_positions(image) for image in prepared.images)
+            n_ctx = self.model.n_ctx if prepared.images else self.n_ctx_seq  # images use the model's own context
+            token_budget(positions, n_ctx, request.params)  # a prompt too long fails now
             constraint = request_constraint(self.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
@@ -281,6 +302,7 @@ class Scheduler:
             self._waiting.clear()
             self._running.clear()
             self._decoder.close()
+            self._images.close()
 
     def _next_step(self) -> bool:
         """Admit waiting requests and drop cancelled ones; False when closing."""
@@ -290,14 +312,27 @@ class Scheduler:
             if self._closing:
                 return False
             for ticket in self._cancelled:
-                self._decoder.cancel(ticket.index)
+                self._cancel(ticket.index)
                 self._running.pop(ticket.index, None)
             self._cancelled.clear()
             self._end_overdue(time.monotonic())
-            while self._waiting and self._decoder.free:
-                ticket = self._waiting.popleft()
-                error = self._decoder.admit(
-                    BatchRequest(ticket.index, ticket.prepared.ids, ticket.request.params, ticket.constraint),
+            for ticket in list(self._waiting):  # in order; one with images waits for the image decoder alone
+                decoder = self._images if ticket.prepared.images else self._decoder
+                if not decoder.free:
+                    if decoder is self._decoder and self._decoder is not self._images:
+                        break  # the batch is full: text requests keep their order
+                    continue
+                self._waiting.remove(ticket)
+                prepared = ticket.prepared
+                error = decoder.admit(
+                    BatchRequest(
+                        ticket.index,
+                        prepared.ids,
+                        ticket.request.params,
+                        ticket.constraint,
+                        prepared.images,
+                        prepared.prompt.images,
+                    ),
                     ticket.request.logprobs,
                 )
                 if error is not None:
@@ -305,6 +340,13 @@ class Scheduler:
                 else:
                     self._running[ticket.index] = ticket
             return True
+
+    def _cancel(self, index: int) -> Done | None:
+        """End a running request in whichever decoder has it: its answer so far (None: not running)."""
+        done = self._decoder.cancel(index)
+        if done is None and self._images is not self._decoder:
+            done = self._images.cancel(index)
+        return done
 
     def _end_overdue(self, now: float) -> None:
         """Requests past their deadline: those waiting fail, those decoding end with their answer so far."""
@@ -316,7 +358,7 @@ class Scheduler:
                 TimedOut("the request waited for a slot for its whole time", "retry when the server is less busy")
             )
         for ticket in [t for t in self._running.values() if t.deadline is not None and now >= t.deadline]:
-            done = self._decoder.cancel(ticket.index)
+            done = self._cancel(ticket.index)
             if done is None:  # the decoder has finished it already: its Done comes with the next step
                 continue
             del self._running[ticket.index]
@@ -330,10 +372,15 @@ class Scheduler:
         ticket.sink(finish(done, self.entry.templates, ticket.request, ticket.prepared, logprobs))
 
     def _step(self) -> None:
-        if not self._decoder.active:
+        self._step_one(self._decoder)
+        if self._images is not self._decoder:
+            self._step_one(self._images)
+
+    def _step_one(self, decoder: Decoder) -> None:
+        if not decoder.active:
             return
         try:
-            events = self._decoder.step()
+            events = decoder.step()
         except _RequestFailed as failed:
             ticket = self._running.pop(failed.index, None)
             if ticket is not None and not ticket.cancelled:
@@ -347,7 +394,9 @@ class Scheduler:
                     ticket.sink(error)
             self._running.clear()
             self._decoder.close()
+            self._images.close()
             self._decoder = self._new_decoder()
+            self._images = self._decoder if not self.batching else SequentialDecoder(self.model)
             return
         for index, event in events:
             ticket = self._running.get(index)

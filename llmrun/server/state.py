@@ -7,6 +7,7 @@ path or URL, and never downloaded unless the operator passed ``--allow-pull``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -54,6 +55,7 @@ class ServerConfig:
     draft: Draft | None = None  # --draft: speculative decoding for every model (None: each model's models.toml)
     kv_cache: tuple[int | None, str] = (None, "default")  # the KV store's limit in bytes (None: off), and its source
     ui: bool = True  # the page at / (serve --no-ui: off)
+    mmproj: tuple[str, Path] | None = None  # a model's projector (serve --mmproj: the first -m model's): it sees images
 
 
 @dataclass
@@ -210,6 +212,8 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
+        if self.config.mmproj is not None and name == self.config.mmproj[0]:
+            run_plan = dataclasses.replace(run_plan, mmproj=self.config.mmproj[1])
         if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
             entry = self.engine.load(run_plan)
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)

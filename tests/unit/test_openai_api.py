@@ -79,7 +79,8 @@ def test_roles_and_content_parts() -> None:
         ({"mystery": 1}, "mystery", 400),
         ({"messages": []}, "messages", 400),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", 400),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]", 400),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0].image_url", 400),
+        ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "messages[0].content[0]", 400),
         ({"model": 7}, "model", 400),
         ({"continue_final_message": "yes"}, "continue_final_message", 400),
         ({"continue_final_message": True}, "continue_final_message", 400),  # the last message is the user's
