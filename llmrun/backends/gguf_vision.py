@@ -146,7 +146,9 @@ class Projector:
         if embeddings is None:
             started = time.perf_counter()
             if m.mtmd_encode_chunk(self._ctx, chunk) != 0:
-                raise BackendError("the projector could not encode the image", "try another image, or --debug")
+                raise BackendError(
+                    "the projector could not encode the image", "try another image; `debug` shows llama.cpp's log"
+                )
             out = m.mtmd_get_output_embd(self._ctx)
             size = span.tokens * self._n_embd
             embeddings = (ctypes.c_float * size)()
@@ -172,7 +174,9 @@ class Projector:
             None,
         )
         if status != 0:
-            raise BackendError(f"llama.cpp could not evaluate the image's embeddings ({status})", "try --debug")
+            raise BackendError(
+                f"llama.cpp could not evaluate the image's embeddings ({status})", "`debug` shows llama.cpp's log"
+            )
         return int(new_past.value)
 
     def close(self) -> None:

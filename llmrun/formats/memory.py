@@ -72,7 +72,7 @@ def swa_layer_count(architecture: str, n_layers: int, pattern: int | None = None
     pattern = pattern or SWA_PATTERN.get(architecture, 0)
     if pattern <= 1:
         return 0
-    return sum(1 for layer in range(n_layers) if layer % pattern < pattern - 1)
+    return n_layers - n_layers // pattern  # counted, not enumerated: a header may claim billions of layers
 
 
 def geometry(header: GgufHeader) -> Geometry | None:

@@ -285,7 +285,8 @@ def test_bad_requests_get_the_right_status_and_shape(server: Server) -> None:
     assert _error(server.post("/v1/chat/completions", {**good, "frobnicate": 1}), 400)["param"] == "frobnicate"
     image = {"type": "image_url", "image_url": {"url": "data:,"}}
     with_image = {**good, "messages": [{"role": "user", "content": [image]}]}
-    assert _error(server.post("/v1/chat/completions", with_image), 400)["param"] == "messages[0].content[0]"
+    refused_image = _error(server.post("/v1/chat/completions", with_image), 400)  # a malformed data URL
+    assert refused_image["param"] == "messages[0].content[0].image_url" and refused_image["code"] == "invalid_image"
     too_long = {**good, "messages": [{"role": "user", "content": "word " * 2000}]}
     overflow = _error(server.post("/v1/chat/completions", too_long), 400)
     assert overflow["code"] == "context_length_exceeded" and overflow["param"] == "messages"
