@@ -99,6 +99,7 @@ def show(
         "vocabulary": geom.n_vocab if geom else None,
         "chat_template": bool(header.chat_template or (entry and entry.template)),
         "embedding": _embedding(header),
+        "mmproj": str(entry.mmproj) if entry and entry.mmproj else None,  # its projector: it reads images
         "license": (entry.license if entry and entry.license else None) or header.metadata.get("general.license"),
         "tensor_types": {name: {"tensors": c, "bytes": b} for name, (c, b) in weights_by_type(header).items()},
     }

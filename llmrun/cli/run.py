@@ -189,9 +189,14 @@ def run(
 def with_projector(
     run_plan: RunPlan, images: tuple[bytes, ...], mmproj: Path | None, image_max_tokens: int | None
 ) -> RunPlan:
-    """The plan with its projector (--mmproj), which images need; a model given images without one is one line."""
+    """The plan with its projector (--mmproj, else its models.toml entry's ``mmproj``), which images need; a model
+    given images without one is one line."""
     import dataclasses
 
+    entry = run_plan.model.entry
+    source = "command line"
+    if mmproj is None and entry is not None and entry.mmproj is not None:
+        mmproj, source = entry.mmproj, f"models.toml ({entry.source})"
     if mmproj is not None and not mmproj.is_file():
         raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
     if images and mmproj is None:
@@ -203,7 +208,7 @@ def with_projector(
         raise UsageError("images go to a local model for now", "drop --endpoint, or --image")
     if mmproj is None:
         return run_plan
-    return dataclasses.replace(run_plan, mmproj=mmproj, image_max_tokens=image_max_tokens)
+    return dataclasses.replace(run_plan, mmproj=mmproj, mmproj_source=source, image_max_tokens=image_max_tokens)
 
 
 def check_format(constrained: Format | None) -> None:

@@ -143,6 +143,7 @@ def model_facts(facts: dict[str, Any]) -> None:
         ("chat template", "yes" if facts["chat_template"] else "no (plain completion)")
         if not facts.get("embedding")
         else ("embedding model", facts["embedding"]),
+        ("images", f"yes, through {facts['mmproj']}" if facts.get("mmproj") else "no projector (text only)"),
         ("license", facts["license"] or "unknown"),
     ]
     out = Console(highlight=False)

@@ -107,6 +107,7 @@ class RunPlan:
     endpoints: tuple[Endpoint, ...] = ()  # backend ``remote``: where the model is served
     kv_cache: int | None = None  # the KV store's limit in bytes: prefixes kept on disk (None: off)
     mmproj: Path | None = None  # a vision model's projector: the model reads images
+    mmproj_source: str = "command line"
     image_max_tokens: int | None = None  # the most positions an image may take (None: the projector's own)
 
     @property
@@ -145,7 +146,7 @@ class RunPlan:
         kv_cache = format_bytes(self.kv_cache) if self.kv_cache else "off"
         rows.append(("kv_cache", kv_cache, self.sources.get("kv_cache", "default")))
         if self.mmproj is not None:
-            rows.append(("mmproj", str(self.mmproj), "command line"))
+            rows.append(("mmproj", str(self.mmproj), self.mmproj_source))
             if self.image_max_tokens is not None:
                 rows.append(("image_max_tokens", self.image_max_tokens, "command line"))
         return rows

@@ -73,6 +73,7 @@ class ModelEntry:
     endpoints: tuple[str, ...] = ()  # a remote engine's base URLs (OpenAI API), normalized
     served: str | None = None  # the model as the endpoint serves it (TOML key ``model``; None: its only one)
     api_key_env: str | None = None  # the environment variable holding the endpoint's key
+    mmproj: Path | None = None  # a vision model's projector file (relative paths: to the models.toml's folder)
 
     @property
     def remote(self) -> bool:
@@ -101,6 +102,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "context": int,
     "template": str,
     "draft": str,
+    "mmproj": str,
     "defaults": dict,
     "endpoint": (str, list),
     "model": str,
@@ -213,7 +215,15 @@ class _Validator:
             endpoints=endpoints,
             served=table.get("model"),
             api_key_env=table.get("api_key_env"),
+            mmproj=self.projector(table.get("mmproj")),
         )
+
+    def projector(self, value: str | None) -> Path | None:
+        """``mmproj``: a path, ``~`` expanded, relative to the models.toml that names it."""
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.path.parent / path
 
     def endpoints(self, table: Mapping[str, Any], where: tuple[str, ...]) -> tuple[str, ...]:
         """A remote entry's endpoint URLs (``endpoint``: one URL or a list), normalized."""

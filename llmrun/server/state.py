@@ -212,8 +212,11 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
+        listed = run_plan.model.entry
         if self.config.mmproj is not None and name == self.config.mmproj[0]:
             run_plan = dataclasses.replace(run_plan, mmproj=self.config.mmproj[1])
+        elif listed is not None and listed.mmproj is not None:  # the operator's models.toml names it
+            run_plan = dataclasses.replace(run_plan, mmproj=listed.mmproj, mmproj_source="models.toml")
         if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
             entry = self.engine.load(run_plan)
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)

