@@ -99,7 +99,7 @@ def show(
         "vocabulary": geom.n_vocab if geom else None,
         "chat_template": bool(header.chat_template or (entry and entry.template)),
         "embedding": _embedding(header),
-        "mmproj": str(entry.mmproj) if entry and entry.mmproj else None,  # its projector: it reads images
+        "mmproj": _projector(resolved),  # its projector: it reads images
         "license": (entry.license if entry and entry.license else None) or header.metadata.get("general.license"),
         "tensor_types": {name: {"tensors": c, "bytes": b} for name, (c, b) in weights_by_type(header).items()},
     }
@@ -125,6 +125,13 @@ def show(
         return
     views.model_facts(facts)
     views.memory_plan(memory)
+
+
+def _projector(resolved: Any) -> str | None:
+    """The projector the model's listing names (models.toml's ``mmproj``, Ollama's projector layer)."""
+    entry, foreign = resolved.entry, resolved.foreign
+    path = entry.mmproj if entry and entry.mmproj else foreign.mmproj if foreign else None
+    return str(path) if path is not None else None
 
 
 def _show_remote(entry: Any, json_output: bool) -> None:

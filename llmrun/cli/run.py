@@ -193,10 +193,12 @@ def with_projector(
     given images without one is one line."""
     import dataclasses
 
-    entry = run_plan.model.entry
+    from llmrun.engine.plan import model_projector
+
     source = "command line"
-    if mmproj is None and entry is not None and entry.mmproj is not None:
-        mmproj, source = entry.mmproj, f"models.toml ({entry.source})"
+    listed = model_projector(run_plan)
+    if mmproj is None and listed is not None:
+        mmproj, source = listed
     if mmproj is not None and not mmproj.is_file():
         raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
     if images and mmproj is None:

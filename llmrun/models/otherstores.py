@@ -30,6 +30,7 @@ OLLAMA_REGISTRY = "registry.ollama.ai"
 MAX_MANIFEST = 256 * 1024
 MAX_TEXT_LAYER = 1024 * 1024
 MODEL_LAYER = "application/vnd.ollama.image.model"
+PROJECTOR_LAYER = "application/vnd.ollama.image.projector"  # a vision model's mmproj GGUF
 PARAMS_LAYER = "application/vnd.ollama.image.params"
 SYSTEM_LAYER = "application/vnd.ollama.image.system"
 _PART = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")
@@ -63,6 +64,7 @@ class ForeignModel:
     size: int = 0
     defaults: dict[str, Any] = field(default_factory=dict)  # sampling fields (and n_ctx)
     system: str | None = None
+    mmproj: Path | None = None  # a vision model's projector (Ollama's projector layer), used in place
 
 
 # --- Ollama ------------------------------------------------------------------------------------
@@ -116,7 +118,16 @@ def ollama_model(name: str, root: Path | None = None) -> ForeignModel:
     defaults = _params(_text_blob(root, by_type.get(PARAMS_LAYER), name)) if PARAMS_LAYER in by_type else {}
     system = _text_blob(root, by_type.get(SYSTEM_LAYER), name) if SYSTEM_LAYER in by_type else None
     display = f"ollama:{model}:{tag}" if (host, namespace) == (OLLAMA_REGISTRY, "library") else f"ollama:{name}"
-    return ForeignModel(display, path, "Ollama", hexdigest, path.stat().st_size, defaults, system or None)
+    projector = None
+    if PROJECTOR_LAYER in by_type:
+        projector_digest, projector = _blob(root, by_type[PROJECTOR_LAYER], name)
+        if not named_rightly(projector, projector_digest):
+            raise ModelFileError(
+                f"the Ollama projector blob of {name} does not match its sha256 digest (damaged or changed)",
+                f"re-pull it: ollama pull {name}",
+            )
+    size = path.stat().st_size
+    return ForeignModel(display, path, "Ollama", hexdigest, size, defaults, system or None, projector)
 
 
 def _manifest(path: Path, name: str) -> dict[str, Any]:

@@ -184,7 +184,7 @@ class ServerState:
 
     def _load(self, name: str) -> Served:
         from llmrun.engine.load import check_parallel_memory, load_defaults
-        from llmrun.engine.plan import plan_run
+        from llmrun.engine.plan import model_projector, plan_run
         from llmrun.models.registry import load_registry
         from llmrun.sysinfo import available_memory
 
@@ -212,11 +212,11 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
-        listed = run_plan.model.entry
+        listed = model_projector(run_plan)  # the operator's models.toml, or Ollama's projector layer
         if self.config.mmproj is not None and name == self.config.mmproj[0]:
             run_plan = dataclasses.replace(run_plan, mmproj=self.config.mmproj[1])
-        elif listed is not None and listed.mmproj is not None:  # the operator's models.toml names it
-            run_plan = dataclasses.replace(run_plan, mmproj=listed.mmproj, mmproj_source="models.toml")
+        elif listed is not None:
+            run_plan = dataclasses.replace(run_plan, mmproj=listed[0], mmproj_source=listed[1])
         if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
             entry = self.engine.load(run_plan)
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)

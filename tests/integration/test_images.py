@@ -193,9 +193,44 @@ def test_a_models_toml_entry_names_its_projector(gemma: Path, mmproj: Path, imag
     args = ["run", "-m", "gemma-vision:270m", "--image", str(images[0]), "-t", "0", "-n", "4"]
     code, out, err = invoke([*args, "--json", "--show-params", "Describe the picture."])
     assert code == 0, err
-    assert json.loads(out)["tokens"]["images"] == projector.IMAGE_TOKENS
-    assert str(config / mmproj.name) in err and "models.toml" in err
+    report = json.loads(out)
+    assert report["tokens"]["images"] == projector.IMAGE_TOKENS
+    assert report["params"]["mmproj"] == str(config / mmproj.name) and "mmproj" in err and "models.toml" in err
     code, out, err = invoke(["show", "gemma-vision:270m", "--json"])
     assert code == 0 and json.loads(out)["mmproj"] == str(config / mmproj.name)
     code, out, err = invoke(["show", "gemma3:270m", "--json"])
     assert code == 0 and json.loads(out)["mmproj"] is None
+
+
+def test_an_ollama_vision_model_uses_its_projector_layer_in_place(
+    gemma_cache: Path, mmproj: Path, images: tuple[Path, Path]
+) -> None:
+    import hashlib
+    import shutil
+
+    root = Path(os.environ["OLLAMA_MODELS"])
+    (root / "blobs").mkdir(parents=True)
+
+    def blob(path: Path) -> str:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        shutil.copyfile(path, root / "blobs" / f"sha256-{digest}")
+        return f"sha256:{digest}"
+
+    layers = [
+        {"mediaType": "application/vnd.ollama.image.model", "digest": blob(gemma_cache)},
+        {"mediaType": "application/vnd.ollama.image.projector", "digest": blob(mmproj)},
+    ]
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "gemma-vision" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    args = ["run", "-m", "ollama:gemma-vision", "--image", str(images[0]), "-t", "0", "-n", "4", "--json", "Hi"]
+    code, out, err = invoke(args)
+    assert code == 0, err
+    report = json.loads(out)
+    projector_blob = str(root / "blobs" / f"sha256-{layers[1]['digest'].removeprefix('sha256:')}")
+    assert report["tokens"]["images"] == projector.IMAGE_TOKENS and report["params"]["mmproj"] == projector_blob
+    code, out, _ = invoke(["show", "ollama:gemma-vision", "--json"])
+    assert code == 0 and json.loads(out)["mmproj"] == projector_blob
+    Path(projector_blob).write_bytes(Path(projector_blob).read_bytes()[:-1] + b"\0")  # changed behind Ollama's back
+    code, _, err = invoke(args)
+    assert code != 0 and "projector blob" in err and "does not match its sha256" in err
