@@ -37,6 +37,7 @@ class Item:
     raw_id: str | int | None = None  # the id as written in the input (line number for text input)
     response_format: Format | None = None  # this line's answer format (None: the command's)
     openai: OpenAiLine | None = None  # an OpenAI Batch API line (its body is parsed as the server parses one)
+    images: tuple[str, ...] = ()  # image files the model reads before the prompt (or the last user message)
 
     @property
     def output_id(self) -> str | int:
@@ -96,16 +97,25 @@ def _json_item(number: int, text: str) -> Item | LineError:
     if not isinstance(item_id, (str, int)) or isinstance(item_id, bool):
         return LineError(number, "id must be a string or an integer")
     overrides = {k: value[k] for k in OVERRIDES if k in value}
-    unknown = set(value) - {"id", "prompt", "messages", *OVERRIDES, *FORMATS}
+    unknown = set(value) - {"id", "prompt", "messages", "images", *OVERRIDES, *FORMATS}
     if unknown:
-        allowed = ", ".join(["id", "prompt", "messages", *OVERRIDES, *FORMATS])
+        allowed = ", ".join(["id", "prompt", "messages", "images", *OVERRIDES, *FORMATS])
         return LineError(number, f"unknown keys {sorted(unknown)} (allowed: {allowed})")
     fmt = _format(value)
     if isinstance(fmt, str):
         return LineError(number, fmt)
+    images = value.get("images", [])
+    if not isinstance(images, list) or not all(isinstance(image, str) and image for image in images):
+        return LineError(number, "images must be a list of image file paths")
     if isinstance(value.get("prompt"), str) and "messages" not in value:
         return Item(
-            number, str(item_id), prompt=value["prompt"], overrides=overrides, raw_id=item_id, response_format=fmt
+            number,
+            str(item_id),
+            prompt=value["prompt"],
+            overrides=overrides,
+            raw_id=item_id,
+            response_format=fmt,
+            images=tuple(images),
         )
     messages = value.get("messages")
     if "prompt" not in value and isinstance(messages, list) and messages:
@@ -119,7 +129,13 @@ def _json_item(number: int, text: str) -> Item | LineError:
                 return LineError(number, "each message needs a role (system, user, assistant) and text content")
             pairs.append((message["role"], message["content"]))
         return Item(
-            number, str(item_id), messages=tuple(pairs), overrides=overrides, raw_id=item_id, response_format=fmt
+            number,
+            str(item_id),
+            messages=tuple(pairs),
+            overrides=overrides,
+            raw_id=item_id,
+            response_format=fmt,
+            images=tuple(images),
         )
     return LineError(number, 'needs either "prompt" (a string) or "messages" (a non-empty list), not both')
 

@@ -86,12 +86,15 @@ def batch(
     endpoint: o.EndpointOpt = None,
     rpc: o.RpcOpt = None,
     rpc_allow_remote: o.RpcAllowRemoteOpt = False,
+    mmproj: o.MmprojOpt = None,
+    image_max_tokens: o.ImageMaxTokensOpt = None,
 ) -> None:
     """Generate answers for many prompts with continuous batching; results as JSONL in input order.
 
     Per-line "max_tokens", "temperature" and "seed" in JSONL override the flags, and a line's
     "response_format" (OpenAI's shape) or "schema" (a JSON Schema) its answer's format. OpenAI Batch
-    API lines ({"custom_id", "method", "url", "body"}) are answered in its output shape.
+    API lines ({"custom_id", "method", "url", "body"}) are answered in its output shape. A line's
+    "images" (file paths; with --mmproj) are read before its prompt, one such line at a time.
 
     Example: llmrun batch prompts.txt -o answers.jsonl --parallel 8 -n 64
 
@@ -99,7 +102,7 @@ def batch(
     """
     from llmrun.api import batch as batchio
     from llmrun.cli import render
-    from llmrun.cli.run import check_format, plan
+    from llmrun.cli.run import check_format, plan, with_projector
 
     constrained = o.response_format(answer_format, schema, grammar)
     check_format(constrained)
@@ -139,6 +142,7 @@ def batch(
         endpoints=endpoint or (),
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
     )
+    run_plan = with_projector(run_plan, (), mmproj, image_max_tokens)
     if run_plan.backend != "remote":
         parallel = parallel or LOCAL_PARALLEL
         if run_plan.backend == "mlx" and parallel > 1:
@@ -206,8 +210,10 @@ class Shape:
 def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, handle: IO[str]) -> None:
     from llmrun.api import batch as batchio
     from llmrun.cli import render
+    from llmrun.cli.images import read_images
     from llmrun.engine.core import Engine
     from llmrun.engine.request import Request
+    from llmrun.errors import LlmrunError
     from llmrun.prompt.template import Message
 
     writer = batchio.OrderedWriter(handle, [item.id for item in items])
@@ -231,6 +237,12 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
             writer.add(item.id, None)
             continue
         fmt = item.response_format or shape.answer_format
+        try:
+            images = read_images([Path(image).expanduser() for image in item.images], prompt="")
+        except LlmrunError as exc:
+            render.warn(f"line {item.line} (id {item.id}): {exc.message}; skipped")
+            writer.add(item.id, None)
+            continue
         if item.prompt is not None:
             request = Request(
                 prompt=item.prompt,
@@ -239,11 +251,17 @@ def _run(run_plan: RunPlan, items: list[Item], parallel: int, shape: Shape, hand
                 raw=shape.raw,
                 response_format=fmt,
                 think=shape.think,
+                images=images,
             )
         else:
             messages = tuple(Message(role, content) for role, content in item.messages)
             request = Request(
-                messages=messages, params=params, system=shape.system, response_format=fmt, think=shape.think
+                messages=messages,
+                params=params,
+                system=shape.system,
+                response_format=fmt,
+                think=shape.think,
+                images=images,
             )
         requests.append(request)
         kept.append(item)

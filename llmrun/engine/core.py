@@ -124,26 +124,35 @@ class Engine:
         with entry.lock:
             batch: list[BatchRequest] = []
             prepared: dict[int, Prepared] = {}
+            with_images = [index for index, request in enumerate(requests) if request.has_images]
             for index, request in enumerate(requests):
+                if request.has_images:
+                    continue  # one at a time through the model's own context, after the batch
                 try:
-                    if request.has_images:
-                        raise UsageError("images are read one request at a time, not in a batch", "")
                     prepared[index] = request_ids(model, entry.templates, request)
                     constraint = request_constraint(model, entry.templates, request)
                 except LlmrunError as exc:
                     yield index, exc
                     continue
                 batch.append(BatchRequest(index, prepared[index].ids, request.params, constraint))
-            outcomes = batching(model, "decode several requests at once").generate_batch(batch, parallel, n_ctx_seq)
-            try:
-                for outcome in outcomes:
-                    if outcome.done is None:
-                        yield outcome.index, outcome.error or LlmrunError("the request failed")
-                    else:
-                        request = requests[outcome.index]
-                        yield outcome.index, finish(outcome.done, entry.templates, request, prepared[outcome.index])
-            finally:
-                outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
+            if batch:
+                outcomes = batching(model, "decode several requests at once").generate_batch(batch, parallel, n_ctx_seq)
+                try:
+                    for outcome in outcomes:
+                        if outcome.done is None:
+                            yield outcome.index, outcome.error or LlmrunError("the request failed")
+                        else:
+                            request = requests[outcome.index]
+                            prepared_ = prepared[outcome.index]
+                            yield outcome.index, finish(outcome.done, entry.templates, request, prepared_)
+                finally:
+                    outcomes.close()  # the batch context goes before the model can, even on Ctrl-C
+            for index in with_images:
+                try:
+                    results = [e for e in generate(model, entry.templates, requests[index]) if isinstance(e, Result)]
+                    yield index, results[-1]
+                except LlmrunError as exc:
+                    yield index, exc
             entry.last_used = time.monotonic()
 
 

@@ -55,6 +55,8 @@ class RemoteModel:
     def complete(self, request: Request) -> Generator[Token | Result, None, None]:
         """Token events as they arrive, then one Result; on the least busy endpoint, and on the next
         when one fails before the answer starts."""
+        if request.has_images:
+            raise UsageError("images go to a local model with its projector, not to a remote engine yet", "")
         order = sorted(range(len(self.clients)), key=lambda i: self._busy[i])
         for position, index in enumerate(order):
             emitted = False

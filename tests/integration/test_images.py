@@ -26,6 +26,7 @@ from tests.support.helpers import invoke
 
 pytestmark = pytest.mark.slow
 GREEDY = SamplingParams(temperature=0, max_tokens=8)
+PROMPT = "Describe the picture."
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +235,39 @@ def test_an_ollama_vision_model_uses_its_projector_layer_in_place(
     Path(projector_blob).write_bytes(Path(projector_blob).read_bytes()[:-1] + b"\0")  # changed behind Ollama's back
     code, _, err = invoke(args)
     assert code != 0 and "projector blob" in err and "does not match its sha256" in err
+
+
+def test_batch_lines_with_images_answer_as_run_does(
+    gemma: Path, mmproj: Path, images: tuple[Path, Path], tmp_path: Path
+) -> None:
+    common = ["--mmproj", str(mmproj), "-t", "0", "-n", "6", "--template", "gemma"]
+
+    def single(image: Path) -> str:
+        code, out, err = invoke(["run", "-m", "gemma3:270m", "--image", str(image), *common, "--json", PROMPT])
+        assert code == 0, err
+        return str(json.loads(out)["text"])
+
+    url = "data:image/png;base64," + base64.b64encode(images[0].read_bytes()).decode()
+    parts = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": PROMPT}]
+    lines = [
+        {"id": "a", "prompt": PROMPT, "images": [str(images[0])]},
+        {"id": "text", "prompt": "The capital of France is"},
+        {"id": "b", "prompt": PROMPT, "images": [str(images[1])]},
+        {"id": "missing", "prompt": PROMPT, "images": [str(tmp_path / "missing.png")]},
+        {
+            "custom_id": "o",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": parts}]},
+        },
+    ]
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    code, _, err = invoke(["batch", str(source), "-m", "gemma3:270m", *common, "-o", str(out)])
+    assert code == 0, err
+    assert "missing.png does not exist" in err and "skipped" in err
+    records = {r.get("id", r.get("custom_id")): r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"a", "text", "b", "o"}
+    assert records["a"]["text"] == single(images[0]) and records["b"]["text"] == single(images[1])
+    assert records["a"]["text"] != records["b"]["text"]
+    assert records["o"]["response"]["body"]["choices"][0]["message"]["content"] == records["a"]["text"]
