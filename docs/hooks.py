@@ -97,6 +97,8 @@ KEY_HELP = {
         "context": "the default context length for this model",
         "template": "a chat template that replaces the model's own (Jinja)",
         "draft": "the draft model for speculative decoding (`ngram`, `auto`, or a model name)",
+        "mmproj": "a vision model's projector file (its mmproj GGUF; a path, relative to this models.toml): "
+        "the model then reads images ([Images](../images.md))",
         "defaults": "sampling defaults for this model (any `SamplingParams` field, e.g. `temperature`)",
         "endpoint": "a remote engine's URL, or a list of URLs (a fleet): the model runs there",
         "model": "with `endpoint`: the model's name as the endpoint serves it",
