@@ -258,7 +258,7 @@ def test_batch_lines_with_images_answer_as_run_does(
             "custom_id": "o",
             "method": "POST",
             "url": "/v1/chat/completions",
-            "body": {"messages": [{"role": "user", "content": parts}]},
+            "body": {"messages": [{"role": "user", "content": parts}], "max_tokens": 6, "temperature": 0},
         },
     ]
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
@@ -266,7 +266,7 @@ def test_batch_lines_with_images_answer_as_run_does(
     code, _, err = invoke(["batch", str(source), "-m", "gemma3:270m", *common, "-o", str(out)])
     assert code == 0, err
     assert "missing.png does not exist" in err and "skipped" in err
-    records = {r.get("id", r.get("custom_id")): r for r in map(json.loads, out.read_text().splitlines())}
+    records = {r.get("custom_id", r.get("id")): r for r in map(json.loads, out.read_text().splitlines())}
     assert set(records) == {"a", "text", "b", "o"}
     assert records["a"]["text"] == single(images[0]) and records["b"]["text"] == single(images[1])
     assert records["a"]["text"] != records["b"]["text"]
