@@ -266,18 +266,32 @@ class GgufModel:
             return
         started = time.perf_counter()
         cached = self._start_from_store(ids)
+        yield from self._sample(list(ids), params, logprobs, constraint, cached, started)
+        self._keep(ids)
+
+    def _sample(
+        self,
+        keys: list[int],
+        params: SamplingParams,
+        logprobs: int,
+        constraint: Constraint | None,
+        cached: int,
+        started: float,
+    ) -> Iterator[Token | Done]:
+        """The sampling loop over a prompt the context holds all but the tail of (``keys``: its tokens, or an
+        image's positions' keys): llama-cpp-python evaluates what is left and samples; the answer assembled."""
         seed = params.run_seed()
         self.llama.set_seed(seed if seed is not None else 0)
         window = params.repeat_last_n
         self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window
         # a constraint masks the logits first in the sampler chain (llama-cpp-python's custom sampler)
         processors = [_masker(constraint)] if constraint is not None else None
-        sampled = self.llama.generate(list(ids), reset=True, logits_processor=processors, **sampler_kwargs(params))
+        sampled = self.llama.generate(keys, reset=True, logits_processor=processors, **sampler_kwargs(params))
         yield from assemble(
             sampled,
             self.piece,
             self.is_end,
-            prompt_tokens=len(ids),
+            prompt_tokens=len(keys),
             n_ctx=self.n_ctx,
             params=params,
             seed=seed,
@@ -286,7 +300,6 @@ class GgufModel:
             constraint=constraint,
             started=started,
         )
-        self._keep(ids)
 
     def use_projector(self, path: Path, image_max_tokens: int | None = None) -> None:
         """Read images from now on, through the projector (mmproj) at ``path`` (see :mod:`gguf_vision`)."""
@@ -338,25 +351,7 @@ class GgufModel:
                 )
             encoded, hits = projector.encode_seconds, projector.hits
             cached = evaluate(projector, self.llama, plan)
-            seed = params.run_seed()
-            self.llama.set_seed(seed if seed is not None else 0)
-            window = params.repeat_last_n
-            self.llama.last_n_tokens_size = self.n_ctx if window == -1 else window
-            processors = [_masker(constraint)] if constraint is not None else None
-            sampled = self.llama.generate(plan.keys, reset=True, logits_processor=processors, **sampler_kwargs(params))
-            for event in assemble(
-                sampled,
-                self.piece,
-                self.is_end,
-                prompt_tokens=len(plan.keys),
-                n_ctx=self.n_ctx,
-                params=params,
-                seed=seed,
-                score=self._scorer(logprobs) if logprobs > 0 else None,
-                cached_tokens=cached,
-                constraint=constraint,
-                started=started,
-            ):
+            for event in self._sample(plan.keys, params, logprobs, constraint, cached, started):
                 if isinstance(event, Done):
                     stats = dataclasses.replace(
                         event.stats,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import KeepPoint, LoadParams
+from llmrun.backends.mlx_load import kept_tokenizer, on_the_cpu_in_float32
 from llmrun.backends.mlx_parts import PREFILL_STEP, make_processors, make_sampler
 from llmrun.decoding.assembler import assemble, score, token_budget
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
@@ -25,7 +26,7 @@ from llmrun.decoding.speculative import Draft
 from llmrun.decoding.tokens import TokenKind, reusable
 from llmrun.errors import BackendError, ContextFull, LlmrunError, UsageError
 from llmrun.formats.mlx_header import is_mlx_dir
-from llmrun.formats.mlx_runtime import computes_in_float32, prepare_mlx
+from llmrun.formats.mlx_runtime import prepare_mlx
 
 if TYPE_CHECKING:
     import numpy as np
@@ -518,7 +519,7 @@ class MlxModel:
 
 def expand_on_cpu(config: dict[str, Any]) -> bool:
     """Whether a quantized model's weights are expanded to bfloat16 at load (to float32 with a fast
-    BLAS, see :func:`_on_the_cpu_in_float32`): on the CPU only.
+    BLAS, see :func:`llmrun.backends.mlx_load.on_the_cpu_in_float32`): on the CPU only.
 
     mlx's CPU kernels for quantized matrix products are slow (about 3 s a token for the 270M
     test model, against 0.4 s expanded) and inexact (next-token KL to the source GGUF 0.23,
@@ -527,45 +528,6 @@ def expand_on_cpu(config: dict[str, Any]) -> bool:
     import mlx.core as mx
 
     return "quantization" in config and mx.default_device() == mx.cpu
-
-
-def _on_the_cpu_in_float32(model: Any, blas: str | None) -> None:
-    """On the CPU with a fast BLAS, a model whose float32 weights fit computes in float32 (see
-    :mod:`llmrun.formats.mlx_runtime`: about 20 times faster than mlx's CPU bfloat16)."""
-    import mlx.core as mx
-    import psutil
-    from mlx.utils import tree_flatten
-
-    if mx.default_device() != mx.cpu:
-        return
-    flat: Any = tree_flatten(model.parameters())
-    weights = [value for _, value in flat]
-    if any(v.dtype not in (mx.float32, mx.float16, mx.bfloat16) for v in weights):
-        return  # quantized weights stay as they are
-    if computes_in_float32(sum(v.size for v in weights), psutil.virtual_memory().available, blas):
-        model.set_dtype(mx.float32)
-        mx.eval(model.parameters())
-
-
-_TOKENIZERS: dict[tuple[str, tuple[int, ...] | None, tuple[tuple[str, int, int], ...]], Any] = {}
-KEPT_TOKENIZERS = 4
-
-
-def _tokenizer(path: Path, eos: tuple[int, ...] | None, load: Callable[..., Any]) -> Any:
-    """The directory's transformers tokenizer, kept per process (by its files' sizes and times): reading
-    one takes seconds (Gemma's tokenizer.json is 33 MB of JSON, parsed several times over), and a model is
-    loaded again on a reload, a model switch, a draft of the same family. llmrun only reads it."""
-    files = tuple(
-        (f.name, (s := f.stat()).st_size, s.st_mtime_ns)
-        for f in sorted(path.iterdir())
-        if f.is_file() and (f.name.startswith("tokenizer") or f.name.endswith((".model", "_config.json", ".jinja")))
-    )
-    key = (str(path.resolve()), eos, files)
-    if key not in _TOKENIZERS:
-        if len(_TOKENIZERS) >= KEPT_TOKENIZERS:
-            del _TOKENIZERS[next(iter(_TOKENIZERS))]
-        _TOKENIZERS[key] = load(path, eos_token_ids=list(eos) if eos is not None else None)._tokenizer
-    return _TOKENIZERS[key]
 
 
 class MlxBackend:
@@ -587,7 +549,7 @@ class MlxBackend:
         try:
             config = load_config(path)
             eos = config.get("eos_token_id")
-            tokenizer = _tokenizer(path, tuple(eos) if isinstance(eos, list) else None, load_tokenizer)
+            tokenizer = kept_tokenizer(path, tuple(eos) if isinstance(eos, list) else None, load_tokenizer)
             model = None
             if not params.vocab_only:
                 model, config = load_model(path, lazy=False, strict=True, trust_remote_code=False)
@@ -595,7 +557,7 @@ class MlxBackend:
                     from mlx_lm.utils import dequantize_model
 
                     model = dequantize_model(model)
-                _on_the_cpu_in_float32(model, blas)
+                on_the_cpu_in_float32(model, blas)
         except (ValueError, FileNotFoundError, OSError, KeyError) as exc:
             raise BackendError(
                 f"mlx-lm could not load {path.name}: {exc}",
