@@ -104,7 +104,11 @@ KEY_HELP = {
         "model": "with `endpoint`: the model's name as the endpoint serves it",
         "api_key_env": "with `endpoint`: the environment variable that holds the endpoint's key",
     },
-    "gguf": {"repo": "the Hugging Face repo", "files": "quant tag → file name in the repo"},
+    "gguf": {
+        "repo": "the Hugging Face repo",
+        "files": "quant tag → file name in the repo",
+        "mmproj": "the repo's projector file to fetch with the model (default: its F16 `mmproj*.gguf`, if any)",
+    },
     "package": {
         "module": "the importable name of the package (found without importing it)",
         "path": "the file (or Hugging Face directory) inside the package",

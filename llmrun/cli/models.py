@@ -128,10 +128,9 @@ def show(
 
 
 def _projector(resolved: Any) -> str | None:
-    """The projector the model's listing names (models.toml's ``mmproj``, Ollama's projector layer)."""
-    entry, foreign = resolved.entry, resolved.foreign
-    path = entry.mmproj if entry and entry.mmproj else foreign.mmproj if foreign else None
-    return str(path) if path is not None else None
+    """The projector the model's listing names (models.toml's ``mmproj``, pulled with it, another store's)."""
+    listed = resolved.projector
+    return str(listed[0]) if listed is not None else None
 
 
 def _show_remote(entry: Any, json_output: bool) -> None:
@@ -196,8 +195,16 @@ def _show_template(located: Any, json_output: bool) -> None:
 def pull(
     model: Annotated[str, typer.Argument(help="alias[:tag][-quant], owner/repo[:QUANT], or owner/repo/file.gguf")],
     backend: o.BackendOpt = "auto",
+    no_mmproj: Annotated[
+        bool,
+        typer.Option(
+            "--no-mmproj",
+            help="Do not fetch the repo's projector (mmproj GGUF) with the model: it will not read images.",
+        ),
+    ] = False,
 ) -> None:
-    """Download a model from the Hugging Face Hub into the local store, verified by sha256.
+    """Download a model from the Hugging Face Hub into the local store, verified by sha256 (with its
+    projector, when the repo has one: a vision model then reads images as pulled).
 
     Example: llmrun pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0
     """
@@ -213,10 +220,12 @@ def pull(
     registry = load_registry()
     choice = select.choose_for(backend, model, ref, registry)
     with bars.download_progress() as progress:
-        resolved = resolve(ref, registry, progress, choice.backend)
+        resolved = resolve(ref, registry, progress, choice.backend, mmproj=not no_mmproj)
     detail = resolved.detail or resolved.name
     render.note(detail if detail.startswith(resolved.name) else f"{resolved.name}: {detail}")
     render.note(str(resolved.path))
+    if resolved.mmproj is not None:
+        render.note(f"{resolved.mmproj} (its projector: it reads images, llmrun run --image FILE)")
 
 
 def list_models(
@@ -242,11 +251,13 @@ def list_models(
         pulled = {}
     for name, entry in sorted(pulled.items()):
         size = sum(f["size"] for f in entry["files"])
-        present = all(Path(f["path"]).is_file() for f in entry["files"])
+        projector = entry.get("mmproj")
+        present = all(Path(f["path"]).is_file() for f in [*entry["files"], *([projector] if projector else [])])
         rows.append({
             "name": name, "format": entry.get("format", "gguf"),
             "repo": entry["repo"] or f"(made here from {entry.get('source', '?')})",
             "files": [f["name"] for f in entry["files"]], "quant": entry.get("quant"),
+            "mmproj": projector["name"] if projector else None,
             "size": size, "pulled": entry["pulled"],
             "path": str(Path(entry["files"][0]["path"]).parent) if entry.get("format") == "mlx"
             else entry["files"][0]["path"],
@@ -353,7 +364,7 @@ def _indexed_sha256(path: Path) -> str | None:
     from llmrun.models.store import read_index
 
     for entry in read_index().values():
-        for f in entry["files"]:
+        for f in [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else [])]:
             if f["path"] == str(path):
                 sha: str | None = f.get("sha256")
                 return sha

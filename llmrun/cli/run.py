@@ -189,14 +189,12 @@ def run(
 def with_projector(
     run_plan: RunPlan, images: tuple[bytes, ...], mmproj: Path | None, image_max_tokens: int | None
 ) -> RunPlan:
-    """The plan with its projector (--mmproj, else its models.toml entry's ``mmproj``), which images need; a model
+    """The plan with its projector (--mmproj, else the one its listing names), which images need; a model
     given images without one is one line."""
     import dataclasses
 
-    from llmrun.engine.plan import model_projector
-
     source = "command line"
-    listed = model_projector(run_plan)
+    listed = run_plan.model.projector
     if mmproj is None and listed is not None:
         mmproj, source = listed
     if mmproj is not None and not mmproj.is_file():

@@ -152,17 +152,6 @@ class RunPlan:
         return rows
 
 
-def model_projector(run_plan: RunPlan) -> tuple[Path, str] | None:
-    """The projector the model's own listing names, and where: its models.toml entry's ``mmproj``, or the
-    projector layer of the Ollama model it is (None: it reads no images unless given one)."""
-    entry, foreign = run_plan.model.entry, run_plan.model.foreign
-    if entry is not None and entry.mmproj is not None:
-        return entry.mmproj, f"models.toml ({entry.source})"
-    if foreign is not None and foreign.mmproj is not None:
-        return foreign.mmproj, f"{foreign.source}'s projector layer"
-    return None
-
-
 def plan_run(
     registry: Registry,
     model_name: str | None,

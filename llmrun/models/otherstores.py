@@ -271,8 +271,26 @@ def huggingface_model(key: str) -> ForeignModel | None:
             raise ModelFileError(
                 f"the cached file of {key} does not match its sha256 (damaged)", f"pull it again: {key}"
             )
-        return ForeignModel(key, path, "Hugging Face cache", size=path.stat().st_size)
+        projector = beside(path)
+        if projector is not None:
+            kept = projector.resolve()
+            if re.fullmatch(r"[0-9a-f]{64}", kept.name) and not named_rightly(kept, kept.name):
+                raise ModelFileError(
+                    f"the cached projector {projector.name} beside {key} does not match its sha256 (damaged)",
+                    f"pull it again: {key}",
+                )
+        return ForeignModel(key, path, "Hugging Face cache", size=path.stat().st_size, mmproj=projector)
     return None
+
+
+def beside(model: Path) -> Path | None:
+    """The projector kept in the model file's own folder (LM Studio's and the Hugging Face cache's way of
+    keeping a vision model's mmproj GGUF), chosen as pull chooses one; None: there is none."""
+    from llmrun.models.quants import choose_projector
+
+    names = [p.name for p in model.parent.glob("*.gguf") if p.is_file() and p != model]
+    chosen, _ = choose_projector(names)
+    return model.parent / chosen if chosen else None
 
 
 # --- LM Studio -----------------------------------------------------------------------------------
@@ -315,7 +333,11 @@ def lmstudio_model(name: str, roots: list[Path] | None = None) -> ForeignModel:
         if files:
             path = files[0]
             return ForeignModel(
-                f"lmstudio:{parts[0]}/{parts[1]}/{path.name}", path, "LM Studio", size=path.stat().st_size
+                f"lmstudio:{parts[0]}/{parts[1]}/{path.name}",
+                path,
+                "LM Studio",
+                size=path.stat().st_size,
+                mmproj=beside(path),
             )
     raise ModelNotFound(f"LM Studio has no model {name}", "`llmrun list --all` shows what LM Studio has")
 

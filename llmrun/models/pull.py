@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun.files import Progress
 from llmrun.models import hub
-from llmrun.models.quants import choose
+from llmrun.models.quants import choose, choose_projector
 from llmrun.models.store import editing_index, read_index
 
 if TYPE_CHECKING:
@@ -35,13 +35,22 @@ def local(key: str) -> Path | None:
     return _present(entry) if entry else None
 
 
+def projector(key: str) -> Path | None:
+    """The projector pulled with ``key`` (a vision model's mmproj GGUF), when it is here and whole."""
+    entry = read_index().get(key)
+    recorded = entry.get("mmproj") if entry else None
+    return _present({"files": [recorded]}) if recorded else None
+
+
 def _present(entry: dict[str, Any]) -> Path | None:
-    paths = [Path(f["path"]) for f in entry["files"]]
-    sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, entry["files"], strict=True))
+    records = _records(entry)
+    paths = [Path(f["path"]) for f in records]
+    sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, records, strict=True))
     return paths[0] if paths and sizes_ok else None
 
 
 Chooser = Callable[[list[hub.RemoteFile]], tuple[list[str], str]]  # files to fetch, and why
+ProjectorChooser = Callable[[list[hub.RemoteFile]], tuple[str | None, str]]  # the projector to fetch, and why
 
 
 def fetch_mlx(
@@ -60,8 +69,11 @@ def fetch(
     file: str | None = None,
     revision: str | None = None,
     progress: Progress | None = None,
+    mmproj: bool | str = True,
 ) -> tuple[Path, str]:
-    """The local path of ``key`` (pulling it if needed) and a line saying what was chosen."""
+    """The local path of ``key`` (pulling it if needed) and a line saying what was chosen. ``mmproj``: fetch
+    the repo's projector with the model (True: the one :func:`choose_projector` picks, when it has one; a
+    name: that file; False: none), as llama.cpp's ``-hf`` does, so a vision model reads images as pulled."""
 
     def gguf_files(remote: list[hub.RemoteFile]) -> tuple[list[str], str]:
         names = [f.name for f in remote]
@@ -71,7 +83,16 @@ def fetch(
             raise ModelNotFound(f"{repo} has no file {file}", "run `llmrun pull " + repo + "` to see what it has")
         return [file], f"{file} as named"
 
-    return _pull(key, repo, revision, progress, gguf_files, quant, "gguf")
+    def projector_file(remote: list[hub.RemoteFile]) -> tuple[str | None, str]:
+        if mmproj is False:
+            return None, ""
+        if isinstance(mmproj, str):
+            if mmproj not in {f.name for f in remote}:
+                raise ModelNotFound(f"{repo} has no projector {mmproj}", "check the gguf.mmproj name in models.toml")
+            return mmproj, f"projector {mmproj}"
+        return choose_projector([f.name for f in remote])
+
+    return _pull(key, repo, revision, progress, gguf_files, quant, "gguf", projector_file)
 
 
 def _mlx_files(remote: list[hub.RemoteFile]) -> tuple[list[str], str]:
@@ -82,9 +103,17 @@ def _mlx_files(remote: list[hub.RemoteFile]) -> tuple[list[str], str]:
 
 
 def _pull(
-    key: str, repo: str, revision: str | None, progress: Progress | None, pick: Chooser, quant: str | None, form: str
+    key: str,
+    repo: str,
+    revision: str | None,
+    progress: Progress | None,
+    pick: Chooser,
+    quant: str | None,
+    form: str,
+    pick_projector: ProjectorChooser | None = None,
 ) -> tuple[Path, str]:
-    """Index first (no network when the files are here), then list, choose, download, verify, record."""
+    """Index first (no network when the files are here), then list, choose, download, verify, record
+    (the projector after the model's files, so a model is recorded only with everything it was pulled with)."""
     found = local(key)
     if found is not None:
         return found, f"{key} is already here"
@@ -95,9 +124,11 @@ def _pull(
         )
     commit, remote = hub.list_files(repo, revision)
     chosen, why = pick(remote)
+    extra, extra_why = pick_projector(remote) if pick_projector else (None, "")
     by_name = {f.name: f for f in remote}
     paths = [hub.download(repo, by_name[name], commit, progress) for name in chosen]
-    record = {
+    projector_path = hub.download(repo, by_name[extra], commit, progress) if extra else None
+    record: dict[str, Any] = {
         "repo": repo,
         "revision": commit,
         "quant": quant,
@@ -108,6 +139,10 @@ def _pull(
         ],
         "pulled": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if extra and projector_path:
+        listed = by_name[extra]
+        record["mmproj"] = {"name": extra, "sha256": listed.sha256, "size": listed.size, "path": str(projector_path)}
+        why += f", with its {extra_why}"
     with editing_index() as models:
         models[key] = record
     return paths[0], f"{repo}: {why}"
@@ -122,10 +157,10 @@ def remove(key: str) -> list[Path]:
         entry = models.pop(key, None)
         if entry is None:
             raise ModelNotFound(f"{key} is not in the local store", "`llmrun list` shows what is")
-        still_used = {f["path"] for other in models.values() for f in other["files"]}
+        still_used = {f["path"] for other in models.values() for f in _records(other)}
     removed = []
     store = store_dir().resolve()
-    for f in entry["files"]:
+    for f in _records(entry):
         path = Path(f["path"])
         if f["path"] in still_used or (entry.get("origin") == LOCAL and not path.resolve().is_relative_to(store)):
             continue
@@ -135,6 +170,11 @@ def remove(key: str) -> list[Path]:
         with contextlib.suppress(OSError):
             removed[0].parent.rmdir()  # the directory, once empty
     return removed
+
+
+def _records(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """An index entry's file records: its model files, then the projector pulled with it."""
+    return [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else [])]
 
 
 # --- models made on this machine (llmrun quantize) ------------------------------------

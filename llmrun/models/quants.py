@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from llmrun.errors import ModelNotFound
-
-if TYPE_CHECKING:
-    pass
-
 
 _QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])")
 
@@ -35,7 +30,7 @@ def gguf_groups(names: list[str]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for name in sorted(names):
         lower = name.lower()
-        if not lower.endswith(".gguf") or "mmproj" in lower:
+        if not lower.endswith(".gguf") or is_projector(name):
             continue
         groups.setdefault(_SPLIT.sub(".gguf", name), []).append(name)
     return groups
@@ -63,3 +58,29 @@ def choose(names: list[str], quant: str | None) -> tuple[list[str], str]:
             return by_quant[candidate], f"{candidate}, {why}"
     first = sorted(by_quant)[0]
     return by_quant[first], f"{first}, the first GGUF (no 4-bit file)"
+
+
+PROJECTOR_PREFERENCE = ("F16", "BF16", "Q8_0", "F32")
+"""Which of a repo's projectors to fetch: F16 runs on every backend and is what llama.cpp's converter writes
+by default; BF16 is as precise but not every backend computes in it; Q8_0 is smaller; F32 is twice F16's size."""
+
+
+def is_projector(name: str) -> bool:
+    """A vision model's projector GGUF (``mmproj-F16.gguf``, ``mmproj-model-f16.gguf``, ``x-mmproj.gguf``)."""
+    lower = name.lower()
+    return lower.endswith(".gguf") and "mmproj" in lower.rsplit("/", 1)[-1]
+
+
+def choose_projector(names: list[str]) -> tuple[str | None, str]:
+    """The projector to fetch with a model from a repo's file names (None: the repo has none), and why.
+
+    Only files at the repo's top level count (a folder of other models' projectors is not this one's).
+    """
+    found = sorted(name for name in names if "/" not in name and is_projector(name))
+    if not found:
+        return None, "no projector in the repo"
+    for wanted in PROJECTOR_PREFERENCE:
+        for name in found:
+            if quant_of(name) == wanted:
+                return name, f"projector {name}"
+    return found[0], f"projector {found[0]}"

@@ -40,6 +40,7 @@ SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams))
 class GgufSource:
     repo: str
     files: dict[str, str]  # quant tag (upper case) -> file name in the repo
+    mmproj: str | None = None  # the repo's projector to fetch with it (None: the one pull picks, if any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "api_key_env": str,
 }
 _LOCAL_SOURCES = ("embedded", "package", "gguf", "mlx")
-_GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict}
+_GGUF_KEYS: dict[str, type | tuple[type, ...]] = {"repo": str, "files": dict, "mmproj": str}
 _PACKAGE_KEYS: dict[str, type | tuple[type, ...]] = {
     "module": str,
     "path": str,
@@ -184,7 +185,9 @@ class _Validator:
             files = table["gguf"].get("files", {})
             if not all(isinstance(v, str) for v in files.values()):
                 raise self.error((*where, "gguf", "files"), 'expected quant = "file name" pairs')
-            gguf = GgufSource(table["gguf"]["repo"], {k.upper(): v for k, v in files.items()})
+            gguf = GgufSource(
+                table["gguf"]["repo"], {k.upper(): v for k, v in files.items()}, table["gguf"].get("mmproj")
+            )
         package = self.package(table["package"], (*where, "package")) if "package" in table else None
         defaults = dict(table.get("defaults", {}))
         self.check_keys(defaults, dict.fromkeys(SAMPLING_KEYS, (int, float, str, list)), (*where, "defaults"))

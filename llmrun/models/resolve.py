@@ -30,12 +30,27 @@ class ResolvedModel:
     entry: ModelEntry | None  # its models.toml entry, when it has one
     detail: str = ""  # what was chosen or fetched, for the user
     foreign: ForeignModel | None = None  # a model in another tool's store, with the defaults it keeps
+    mmproj: Path | None = None  # the projector pulled with it (a vision model's mmproj GGUF from its repo)
+
+    @property
+    def projector(self) -> tuple[Path, str] | None:
+        """The projector the model's own listing names, and where from: its models.toml entry's ``mmproj``,
+        the one pulled with it from its repo, or the other store's (Ollama's projector layer, the file beside it
+        in LM Studio or the Hugging Face cache). None: it reads no images unless given one."""
+        if self.entry is not None and self.entry.mmproj is not None:
+            return self.entry.mmproj, f"models.toml ({self.entry.source})"
+        if self.mmproj is not None:
+            return self.mmproj, "pulled with the model"
+        if self.foreign is not None and self.foreign.mmproj is not None:
+            return self.foreign.mmproj, f"{self.foreign.source}'s projector"
+        return None
 
 
 def resolve(
-    ref: ModelRef, registry: Registry, progress: Progress | None = None, backend: str = "gguf"
+    ref: ModelRef, registry: Registry, progress: Progress | None = None, backend: str = "gguf", mmproj: bool = True
 ) -> ResolvedModel:
-    """The local files of ``ref`` in the form ``backend`` runs (a GGUF file, or an MLX directory)."""
+    """The local files of ``ref`` in the form ``backend`` runs (a GGUF file, or an MLX directory); a GGUF
+    pulled from a repo with a projector brings it (``mmproj=False``: not when it is first pulled)."""
     if ref.kind == "hub" and ref.file and Path(ref.text).is_file():
         ref = ModelRef("path", ref.text, ref.text)  # a local dir/sub/file.gguf, not a repo file
     if ref.kind in ("ollama", "lmstudio"):
@@ -60,8 +75,8 @@ def resolve(
         cached = _in_huggingface_cache(key) if ref.file and pull.local(key) is None else None
         if cached is not None:  # another tool pulled it into the Hugging Face cache: run it there
             return cached
-        path, detail = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress)
-        return ResolvedModel(key, path, None, detail)
+        path, detail = pull.fetch(key, ref.name, quant=ref.tag, file=ref.file, progress=progress, mmproj=mmproj)
+        return ResolvedModel(key, path, None, detail, mmproj=pull.projector(key))
     entry, quant = _alias(ref, registry)
     if entry.embedded:
         path = ensure_embedded(entry.embedded, store_dir() / "embedded", progress)
@@ -80,8 +95,11 @@ def resolve(
     quant = quant or _default_quant(files)
     file = files.get(quant) if quant else None
     key = entry.name if quant is None or quant == _default_quant(files) else f"{entry.name}-{quant.lower()}"
-    path, detail = pull.fetch(key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress)
-    return ResolvedModel(key, path, entry, detail)
+    wanted: bool | str = mmproj and (entry.gguf.mmproj or True)
+    path, detail = pull.fetch(
+        key, entry.gguf.repo, quant=None if file else quant, file=file, progress=progress, mmproj=wanted
+    )
+    return ResolvedModel(key, path, entry, detail, mmproj=pull.projector(key))
 
 
 def _in_huggingface_cache(key: str) -> ResolvedModel | None:

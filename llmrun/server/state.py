@@ -184,7 +184,7 @@ class ServerState:
 
     def _load(self, name: str) -> Served:
         from llmrun.engine.load import check_parallel_memory, load_defaults
-        from llmrun.engine.plan import model_projector, plan_run
+        from llmrun.engine.plan import plan_run
         from llmrun.models.registry import load_registry
         from llmrun.sysinfo import available_memory
 
@@ -212,7 +212,7 @@ class ServerState:
             if not in_ollama(name):
                 raise
             run_plan = planned(f"ollama:{name}")  # a drop-in for Ollama: the models it already has
-        listed = model_projector(run_plan)  # the operator's models.toml, or Ollama's projector layer
+        listed = run_plan.model.projector  # the operator's models.toml, pulled with it, or another store's
         if self.config.mmproj is not None and name == self.config.mmproj[0]:
             run_plan = dataclasses.replace(run_plan, mmproj=self.config.mmproj[1])
         elif listed is not None:

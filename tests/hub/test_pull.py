@@ -265,3 +265,94 @@ def test_index_pulls_the_default_embedding_model(
     assert registry.default_embedding in out
     code, out, err = invoke(["index", "query", "default", "why is there a high tide", "--json"])
     assert code == 0 and json.loads(out)["hits"][0]["path"].endswith("a.md")
+
+
+def test_a_vision_repo_pulls_its_projector_and_reads_images_as_pulled(
+    hub: FakeHub, gemma_cache: Path, tmp_path: Path
+) -> None:
+    from tests.support import imagefiles, projector
+
+    repo = "test/gemma-vision-GGUF"
+    mmproj = projector.write(tmp_path / "mmproj-F16.gguf")
+    hub.add(repo, "gemma-3-270m-Q4_K_M.gguf", gemma_cache)
+    hub.add(repo, "mmproj-F16.gguf", mmproj)
+    hub.add(repo, "mmproj-F32.gguf", tiny(tmp_path, "mmproj-F32.gguf"))  # the larger one is left on the Hub
+    code, _, err = invoke(["pull", repo])
+    assert code == 0, err
+    assert "with its projector mmproj-F16.gguf" in err and "it reads images" in err
+    fetched = [r for r in hub.requests if r.startswith(f"GET /{repo}/resolve")]
+    assert sorted(r.rsplit("/", 1)[1] for r in fetched) == ["gemma-3-270m-Q4_K_M.gguf", "mmproj-F16.gguf"]
+    entry = json.loads((Path(os.environ["LLMRUN_HOME"]) / "index.json").read_text())["models"][repo]
+    assert entry["mmproj"]["sha256"] == hub.repos[repo]["mmproj-F16.gguf"].sha256
+    code, out, _ = invoke(["show", repo, "--json"])
+    assert code == 0 and json.loads(out)["mmproj"] == entry["mmproj"]["path"]
+    # run reads an image with no --mmproj, offline (nothing more is fetched), and says where the projector came from
+    image = imagefiles.png(tmp_path / "a.png", 64, 48, seed=1)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        args = ["run", "-m", repo, "--image", str(image), "-t", "0", "-n", "4", "--json", "--show-params", "Hi"]
+        code, out, err = invoke(args)
+    finally:
+        del os.environ["HF_HUB_OFFLINE"]
+    assert code == 0, err
+    assert json.loads(out)["tokens"]["images"] == projector.IMAGE_TOKENS and "pulled with the model" in err
+    code, out, err = invoke(["run", "-m", repo, "--mmproj", str(mmproj), "--image", str(image), "-t", "0", "-n", "4",
+                             "--json", "Hi"])  # fmt: skip
+    assert code == 0 and json.loads(out)["tokens"]["images"] == projector.IMAGE_TOKENS
+    # --no-mmproj: the model alone, and an image for it is one line
+    code, _, err = invoke(["pull", f"{repo}:Q4_K_M", "--no-mmproj"])
+    assert code == 0 and "projector" not in err
+    code, _, err = invoke(["run", "-m", f"{repo}:Q4_K_M", "--image", str(image), "Hi"])
+    assert code == 2 and "does not see images" in err and "Traceback" not in err
+    # rm takes the projector with it (the model file only once no other entry uses it)
+    code, _, err = invoke(["rm", f"{repo}:Q4_K_M", "--yes"])
+    assert code == 0 and "(0 file(s))" in err
+    code, _, err = invoke(["rm", repo, "--yes"])
+    assert code == 0 and "(2 file(s))" in err
+    assert not Path(entry["mmproj"]["path"]).exists() and hf_blobs() == []
+
+
+def test_a_damaged_projector_is_caught_and_nothing_recorded(hub: FakeHub, gemma_cache: Path, tmp_path: Path) -> None:
+    from tests.support import projector
+
+    repo = "test/gemma-vision-GGUF"
+    hub.add(repo, "gemma-3-270m-Q4_K_M.gguf", gemma_cache)
+    hub.add(repo, "mmproj-model-f16.gguf", projector.write(tmp_path / "p.gguf"), fault="corrupt")
+    code, _, err = invoke(["pull", repo])
+    assert code == 1 and "does not match the sha256" in err and "Traceback" not in err
+    assert not (Path(os.environ["LLMRUN_HOME"]) / "index.json").exists()
+
+
+def test_a_models_toml_entry_names_the_projector_to_pull(hub: FakeHub, tmp_path: Path) -> None:
+    from llmrun.paths import user_registry_path
+
+    add_quants(hub, tmp_path, "tiny-Q4_K_M.gguf", "mmproj-F16.gguf", "mmproj-Q8_0.gguf")
+    path = user_registry_path()
+    path.parent.mkdir(parents=True)
+    entry = f'[models."tiny:v"]\ngguf = {{ repo = "{REPO}", files = {{ Q4_K_M = "tiny-Q4_K_M.gguf" }}, '
+    path.write_text(entry + 'mmproj = "mmproj-Q8_0.gguf" }\n')
+    code, _, err = invoke(["pull", "tiny:v"])
+    assert code == 0 and "with its projector mmproj-Q8_0.gguf" in err
+    rows = {row["name"]: row for row in json.loads(invoke(["list", "--json"])[1])}
+    assert rows["tiny:v"]["mmproj"] == "mmproj-Q8_0.gguf"
+    path.write_text(entry + 'mmproj = "mmproj-nope.gguf" }\n')
+    invoke(["rm", "tiny:v", "--yes"])
+    code, _, err = invoke(["pull", "tiny:v"])
+    assert code == 1 and "has no projector mmproj-nope.gguf" in err
+
+
+def test_a_projector_beside_a_model_in_the_hugging_face_cache_is_used(
+    hub: FakeHub, gemma_cache: Path, tmp_path: Path
+) -> None:
+    from huggingface_hub import hf_hub_download
+
+    from tests.support import projector
+
+    repo = "test/gemma-vision-GGUF"
+    hub.add(repo, "gemma-3-270m-Q4_K_M.gguf", gemma_cache)
+    hub.add(repo, "mmproj-F16.gguf", projector.write(tmp_path / "mmproj-F16.gguf"))
+    for name in ("gemma-3-270m-Q4_K_M.gguf", "mmproj-F16.gguf"):  # as another tool leaves them
+        hf_hub_download(repo, name)
+    code, out, err = invoke(["show", f"{repo}/gemma-3-270m-Q4_K_M.gguf", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["mmproj"].endswith("/mmproj-F16.gguf")

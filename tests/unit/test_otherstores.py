@@ -130,6 +130,7 @@ def test_lmstudio_layout(tmp_path: Path) -> None:
         (folder / name).write_bytes(WEIGHTS)
     assert lmstudio_model("pub/repo-GGUF", [root]).path.name == "repo-Q4_K_M.gguf"
     assert lmstudio_model("pub/repo-GGUF/repo-Q8_0.gguf", [root]).name == "lmstudio:pub/repo-GGUF/repo-Q8_0.gguf"
+    assert lmstudio_model("pub/repo-GGUF", [root]).mmproj == folder / "mmproj-repo-f16.gguf"  # kept beside it
     assert [m.name for m in lmstudio_models([root])] == [
         "lmstudio:pub/repo-GGUF/repo-Q4_K_M.gguf",
         "lmstudio:pub/repo-GGUF/repo-Q8_0.gguf",

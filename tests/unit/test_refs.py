@@ -63,3 +63,17 @@ def test_quant_tags_and_choice() -> None:
         choose(files, "Q5_K_M")
     with pytest.raises(ModelNotFound, match=r"no \.gguf files"):
         choose(["README.md"], None)
+
+
+def test_the_projector_fetched_with_a_model() -> None:
+    from llmrun.models.quants import choose_projector, gguf_groups
+
+    names = ["m-Q4_K_M.gguf", "mmproj-BF16.gguf", "mmproj-F32.gguf", "mmproj-F16.gguf", "README.md"]
+    assert choose_projector(names) == ("mmproj-F16.gguf", "projector mmproj-F16.gguf")
+    assert choose_projector(["mmproj-F32.gguf", "mmproj-Q8_0.gguf"])[0] == "mmproj-Q8_0.gguf"
+    assert choose_projector(["gemma-3-4b-it-mmproj-model-f16.gguf"])[0] == "gemma-3-4b-it-mmproj-model-f16.gguf"
+    assert choose_projector(["mmproj.gguf", "mmproj-x.gguf"])[0] == "mmproj-x.gguf"  # none named: the first
+    assert choose_projector(["m-Q4_K_M.gguf", "vision/mmproj-F16.gguf", "mmproj.txt"]) == (
+        None, "no projector in the repo",
+    )  # fmt: skip
+    assert list(gguf_groups(names)) == ["m-Q4_K_M.gguf"]  # a projector is never the model
