@@ -1,9 +1,10 @@
 """Images as the APIs carry them: OpenAI's ``image_url`` data URLs and Ollama's base64 ``images`` (pure).
 
-A client-supplied image is bytes in the request and nothing else: a data URL with an image MIME type
-llama.cpp decodes, or base64. A URL is never fetched (``http(s)``: the client sends the bytes instead;
-``file://`` and every other scheme: never), so a request cannot make the server read its own files or
-reach another machine.
+A client-supplied image is bytes in the request: a data URL with an image MIME type llama.cpp decodes,
+or base64. Nothing here fetches a URL: ``http(s)`` URLs reach this parser only when the server does not
+fetch them (it does only with ``serve --allow-image-urls``: ``llmrun/server/image_urls.py`` turns them into
+data URLs first, under its address, size and time limits); ``file://`` and every other scheme never, so a
+request cannot make the server read its own files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def from_url(url: str) -> bytes:
         scheme = url.split(":", 1)[0].lower() if ":" in url else ""
         if scheme in ("http", "https"):
             raise BadImage(
-                "image URLs are not fetched by this server: send the image as a data URL (data:image/png;base64,…)"
+                "image URLs are not fetched by this server (it would with serve --allow-image-urls): send the image "
+                "as a data URL (data:image/png;base64,…)"
             )
         raise BadImage("an image_url must be a data URL (data:image/png;base64,…)")
     match = _DATA_URL.fullmatch(url)

@@ -13,6 +13,7 @@ from llmrun.errors import UsageError
 from llmrun.models.endpoint import is_loopback
 
 if TYPE_CHECKING:
+    from llmrun.server.image_urls import UrlPolicy
     from llmrun.server.state import ServerConfig
 
 SERVER = "Server"
@@ -160,6 +161,35 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    allow_image_urls: Annotated[
+        bool,
+        typer.Option(
+            "--allow-image-urls",
+            help="Fetch the http(s) image URLs of OpenAI requests (off: data URLs only). Only public addresses "
+            "(never loopback, private or link-local ones), at most 3 redirects, 32 MB, --image-url-timeout.",
+            rich_help_panel=o.IMAGES,
+        ),
+    ] = False,
+    image_url_network: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image-url-network",
+            metavar="CIDR",
+            help="A non-public network image URLs may also come from (repeatable; e.g. 10.0.0.0/8 for an "
+            "image store on your network). Goes with --allow-image-urls.",
+            rich_help_panel=o.IMAGES,
+            show_default=False,
+        ),
+    ] = None,
+    image_url_timeout: Annotated[
+        float,
+        typer.Option(
+            "--image-url-timeout",
+            min=0.1,
+            help="Seconds the fetch of one image URL may take, redirects included.",
+            rich_help_panel=o.IMAGES,
+        ),
+    ] = 10.0,
 ) -> None:
     """Serve the OpenAI API (/v1: chat completions, completions, embeddings, models), Ollama's (/api) and a web
     page at / (a chat that shows each token's probability and what else the model could have said).
@@ -209,6 +239,7 @@ def serve(
         kv_cache=o.kv_cache_choice(kv_cache_size, no_kv_cache),
         ui=not no_ui,
         mmproj=_projector(model, mmproj),
+        image_urls=_image_urls(allow_image_urls, image_url_network or [], image_url_timeout),
     )
     if config.kv_cache[0]:
         from llmrun.cli import render
@@ -228,6 +259,20 @@ def _projector(models: list[str] | None, mmproj: Path | None) -> tuple[str, Path
     if not mmproj.is_file():
         raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
     return models[0], mmproj
+
+
+def _image_urls(allowed: bool, networks: list[str], timeout: float) -> UrlPolicy | None:
+    """--allow-image-urls: what the server may fetch (None: no URL at all)."""
+    from llmrun.server.image_urls import UrlPolicy, parse_networks
+
+    if networks and not allowed:
+        raise UsageError("--image-url-network goes with --allow-image-urls", "add --allow-image-urls")
+    if not allowed:
+        return None
+    try:
+        return UrlPolicy(parse_networks(networks), timeout_s=timeout)
+    except ValueError as exc:
+        raise UsageError(f"--image-url-network: {exc}", "give a network as 10.0.0.0/8 or an address") from None
 
 
 DEFAULT_PORT = 8080

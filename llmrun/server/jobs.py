@@ -68,6 +68,14 @@ async def served_model(state: ServerState, body: Any) -> Served:
         raise model_error(state, name, exc) from None
 
 
+def sees_images(served: Served) -> bool:
+    """Whether the served model reads images (it was loaded with a projector)."""
+    from llmrun.backends.base import SeesImages
+
+    model = served.scheduler.entry.model
+    return isinstance(model, SeesImages) and model.sees_images
+
+
 def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Handle]]:
     """Every request of the call into the model's scheduler; events come back tagged with their choice."""
     loop = asyncio.get_running_loop()

@@ -49,6 +49,10 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     async def text(request: Request, *, chat: bool) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await jobs.served_model(state, body)
+        if chat and state.config.image_urls is not None:
+            from llmrun.server.image_urls import fetch_images
+
+            body = await fetch_images(body, state.config.image_urls, served.name, jobs.sees_images(served))
         parse = api.parse_chat if chat else api.parse_completion
         call = parse(body, served.defaults, state.limits(served))
         return await _complete(request, served, call, metrics, chat=chat)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
     from llmrun.decoding.speculative import Draft
     from llmrun.engine.plan import RunPlan
+    from llmrun.server.image_urls import UrlPolicy
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class ServerConfig:
     kv_cache: tuple[int | None, str] = (None, "default")  # the KV store's limit in bytes (None: off), and its source
     ui: bool = True  # the page at / (serve --no-ui: off)
     mmproj: tuple[str, Path] | None = None  # a model's projector (serve --mmproj: the first -m model's): it sees images
+    image_urls: UrlPolicy | None = None  # --allow-image-urls: which http(s) image URLs may be fetched (None: none)
 
 
 @dataclass
