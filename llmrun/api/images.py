@@ -29,8 +29,8 @@ def from_url(url: str) -> bytes:
         scheme = url.split(":", 1)[0].lower() if ":" in url else ""
         if scheme in ("http", "https"):
             raise BadImage(
-                "image URLs are not fetched by this server (it would with serve --allow-image-urls): send the image "
-                "as a data URL (data:image/png;base64,…)"
+                "image URLs are not fetched by this server (unless started as llmrun serve --allow-image-urls): send "
+                "the image as a data URL (data:image/png;base64,…)"
             )
         raise BadImage("an image_url must be a data URL (data:image/png;base64,…)")
     match = _DATA_URL.fullmatch(url)

@@ -57,7 +57,12 @@ def parse(body: Any, state: ServerState) -> tuple[EngineRequest, int]:
         if not isinstance(prompt, str) or not prompt:
             raise bad_field("prompt", "prompt must be a non-empty string", "invalid_type")
         return EngineRequest(prompt=prompt), top
-    return EngineRequest(messages=api.parse_messages(body["messages"], state.limits())), top
+    asked = EngineRequest(messages=api.parse_messages(body["messages"], state.limits()))
+    if asked.has_images:
+        raise bad_field(
+            "messages", "the forward-pass views read text: send the conversation without its images", "invalid_image"
+        )
+    return asked, top
 
 
 def report(served: Served, asked: EngineRequest, top: int) -> dict[str, Any]:

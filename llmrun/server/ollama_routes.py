@@ -293,7 +293,7 @@ def _show(served: Served | None) -> dict[str, Any]:
         "template": served.scheduler.entry.templates.conversation,
         "details": _details(served),
         "model_info": {"general.architecture": plan.header.architecture, "general.context_length": served.n_ctx},
-        "capabilities": ["completion", "tools"],
+        "capabilities": ["completion", "tools", *(["vision"] if jobs.sees_images(served) else [])],
     }
 
 

@@ -21,6 +21,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "chat.js": "text/javascript; charset=utf-8",
+    "images.js": "text/javascript; charset=utf-8",
     "probs.js": "text/javascript; charset=utf-8",
     "store.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",

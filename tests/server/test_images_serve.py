@@ -92,6 +92,8 @@ def test_ollama_images_give_the_same_answer(url: str, files: tuple[Path, Path]) 
     assert chat.message.content == answer.choices[0].message.content
     generated = client.generate(model=model, prompt=PROMPT, images=[files[1].read_bytes()], options={"num_predict": 4})
     assert generated.response is not None
+    assert "vision" in (client.show(model).capabilities or [])  # as Ollama says of a vision model
+    assert "vision" not in (client.show("smollm2:135m").capabilities or [])
 
 
 @pytest.mark.parametrize(

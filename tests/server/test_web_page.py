@@ -154,6 +154,12 @@ def test_the_page_asks_for_the_key_and_lists_the_models(page: Page) -> None:
     assert stored[0] == KEY and KEY not in stored[1]
 
 
+def test_a_model_that_reads_no_images_turns_the_attach_button_off(page: Page) -> None:
+    label = page.find("attach").find_element("xpath", "..")
+    page.until(lambda: "off" in (label.get_attribute("class") or ""), "the attach button off")
+    assert "does not read images" in (label.get_attribute("title") or "") and not page.find("attach").is_enabled()
+
+
 def test_assets_come_from_this_server_under_a_strict_policy(server: str, page: Page) -> None:
     answer = httpx.get(server + "/")
     policy = answer.headers["content-security-policy"]

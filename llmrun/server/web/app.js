@@ -4,6 +4,7 @@
 
 import { marked } from "/ui/vendor/marked.esm.js";
 import { ApiError, getJSON, postJSON, streamChat } from "/ui/chat.js";
+import * as images from "/ui/images.js";
 import { colour, percent, prob, reshape, visible } from "/ui/probs.js";
 import * as store from "/ui/store.js";
 
@@ -19,6 +20,8 @@ const ui = {
   cursor: null, // {message, token}: the token whose distribution the next-token panel shows
   altsFor: null,
   hideTimer: 0,
+  attached: [], // data URLs of the images that go with the next message
+  sees: true, // whether the picked model reads images (Ollama's /api/show capabilities say "vision")
 };
 
 // --- start -----------------------------------------------------------------------------
@@ -50,6 +53,25 @@ async function loadModels() {
   const wanted = (ui.current && ui.current.model) || ui.settings.model;
   picker.value = models.includes(wanted) ? wanted : models[0] || "";
   if (!models.length) status("this server serves no models", true);
+  else checkVision();
+}
+
+// Whether the picked model reads images: the attach button is off, and says why, when it does not.
+async function checkVision() {
+  const model = $("model-picker").value;
+  let sees = true; // when the server cannot say, it decides (a 400 naming the reason)
+  try {
+    const shown = await postJSON("/api/show", { model });
+    sees = Array.isArray(shown.capabilities) && shown.capabilities.includes("vision");
+  } catch { /* keep the button */ }
+  if (model !== $("model-picker").value) return;
+  ui.sees = sees;
+  const label = $("attach-label");
+  label.classList.toggle("off", !sees);
+  $("attach").disabled = !sees;
+  label.title = sees
+    ? "Attach images (or paste or drop them here)"
+    : `${model} does not read images: serve a vision model with its projector (llmrun serve -m MODEL --mmproj FILE)`;
 }
 
 function askKey(retry) {
@@ -103,6 +125,7 @@ function bindSettings() {
     s.model = $("model-picker").value;
     store.saveSettings(s);
     if (ui.current) { ui.current.model = s.model; store.save(ui.current); }
+    checkVision();
   };
   $("reset-settings").onclick = () => {
     Object.assign(s, { ...store.DEFAULTS, model: s.model, showProbs: s.showProbs, system: s.system });
@@ -235,6 +258,18 @@ function lastAnswerIndex() {
 function userElement(message, index) {
   const el = document.createElement("div");
   el.className = "msg user";
+  if (message.images && message.images.length) {
+    const row = document.createElement("div");
+    row.className = "images";
+    for (const url of message.images) {
+      const img = document.createElement("img");
+      img.src = url;
+      img.alt = "an attached image";
+      img.dataset.testid = "message-image";
+      row.append(img);
+    }
+    el.append(row);
+  }
   const text = document.createElement("div");
   text.className = "text";
   text.textContent = message.content;
@@ -361,21 +396,72 @@ function edit(el, index) {
 
 function bindComposer() {
   $("composer").onsubmit = (e) => { e.preventDefault(); send(); };
+  $("attach").onchange = () => { attach([...$("attach").files]); $("attach").value = ""; };
+  $("prompt").onpaste = (e) => {
+    const files = [...(e.clipboardData ? e.clipboardData.files : [])].filter((f) => f.type.startsWith("image/"));
+    if (files.length) { e.preventDefault(); attach(files); }
+  };
+  const composer = $("composer");
+  composer.ondragover = (e) => { if (ui.sees) { e.preventDefault(); composer.classList.add("drop"); } };
+  composer.ondragleave = () => composer.classList.remove("drop");
+  composer.ondrop = (e) => {
+    composer.classList.remove("drop");
+    const files = [...e.dataTransfer.files].filter((f) => f.type.startsWith("image/"));
+    if (files.length) { e.preventDefault(); attach(files); }
+  };
   $("prompt").onkeydown = (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
   };
   $("stop").onclick = () => { if (ui.running) ui.running.controller.abort(); };
 }
 
+async function attach(files) {
+  if (!ui.sees) return status(`${$("model-picker").value} does not read images`, true);
+  for (const file of files) {
+    try {
+      ui.attached.push(await images.prepare(file));
+    } catch (error) {
+      status(error.message, true);
+    }
+  }
+  renderAttached();
+}
+
+function renderAttached() {
+  const box = $("attachments");
+  box.textContent = "";
+  box.hidden = !ui.attached.length;
+  ui.attached.forEach((url, i) => {
+    const thumb = document.createElement("div");
+    thumb.className = "thumb";
+    const img = document.createElement("img");
+    img.src = url;
+    img.alt = "an image for the next message";
+    img.dataset.testid = "attached-image";
+    const drop = document.createElement("button");
+    drop.type = "button";
+    drop.title = "Leave this image out";
+    drop.dataset.testid = "unattach";
+    drop.textContent = "×";
+    drop.onclick = () => { ui.attached.splice(i, 1); renderAttached(); };
+    thumb.append(img, drop);
+    box.append(thumb);
+  });
+}
+
 async function send() {
   const text = $("prompt").value;
-  if (!text.trim() || ui.running) return;
+  if ((!text.trim() && !ui.attached.length) || ui.running) return;
   if (!$("model-picker").value) return status("no model to send to", true);
   $("prompt").value = "";
   if (!ui.current) ui.current = newConversation();
   const c = ui.current;
-  if (!c.messages.length) c.title = text.trim().slice(0, 60);
-  c.messages.push({ role: "user", content: text });
+  if (!c.messages.length) c.title = text.trim().slice(0, 60) || "An image";
+  const message = { role: "user", content: text };
+  if (ui.attached.length) message.images = ui.attached;
+  ui.attached = [];
+  renderAttached();
+  c.messages.push(message);
   await generate(c);
 }
 
@@ -386,9 +472,10 @@ function regenerate() {
   generate(ui.current);
 }
 
-function requestMessages(conversation, upTo) {
+function requestMessages(conversation, upTo, withImages = true) {
   const system = ui.settings.system.trim() ? [{ role: "system", content: ui.settings.system }] : [];
-  return [...system, ...conversation.messages.slice(0, upTo).map((m) => ({ role: m.role, content: m.content }))];
+  const shown = (m) => (withImages && m.role === "user" ? images.content(m) : m.content);
+  return [...system, ...conversation.messages.slice(0, upTo).map((m) => ({ role: m.role, content: shown(m) }))];
 }
 
 // One answer streamed into the conversation: a new one, or (from) the continuation of the last one
@@ -605,14 +692,16 @@ async function look() {
   let upTo = c ? c.messages.length : 0;
   while (upTo > 0 && c.messages[upTo - 1].role !== "user") upTo -= 1;
   const draft = $("prompt").value.trim();
-  const messages = upTo ? requestMessages(c, upTo) : draft ? [...requestMessages({ messages: [] }, 0), { role: "user", content: draft }] : null;
+  const messages = upTo ? requestMessages(c, upTo, false) : draft ? [...requestMessages({ messages: [] }, 0), { role: "user", content: draft }] : null;
   if (!messages) { $("look-status").textContent = "Send a message first (or type one): the views show the prompt the model reads."; return; }
+  const withImages = upTo && c.messages.slice(0, upTo).some((m) => m.images && m.images.length);
   $("look-run").disabled = true;
   $("look-status").textContent = "Looking inside… (one forward pass with its attention and every layer's output captured)";
   try {
     const report = await postJSON("/llmrun/look", { model, messages });
     llmrunLook.mount($("look-root"), report);
-    $("look-status").textContent = `${report.tokens.length} tokens · capture ${report.seconds.capture.toFixed(2)} s, lens ${report.seconds.lens.toFixed(2)} s`;
+    $("look-status").textContent = `${report.tokens.length} tokens · capture ${report.seconds.capture.toFixed(2)} s, lens ${report.seconds.lens.toFixed(2)} s` +
+      (withImages ? " · the conversation's text only: the views do not capture images" : "");
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) askKey(look);
     $("look-status").textContent = `cannot look inside: ${error.message}`;

@@ -1,6 +1,8 @@
 // Conversations in the browser's IndexedDB (one record each), settings in localStorage, the API key
 // in sessionStorage (this tab only). Nothing leaves the browser except the requests the page makes.
 
+import { isImageDataUrl } from "/ui/images.js";
+
 const DB = "llmrun";
 const STORE = "conversations";
 const SETTINGS = "llmrun.settings";
@@ -73,6 +75,8 @@ export function importable(data) {
       .map((m) => ({
         role: m.role,
         content: m.content,
+        ...(m.role === "user" && Array.isArray(m.images) && m.images.some(isImageDataUrl)
+          ? { images: m.images.filter(isImageDataUrl).slice(0, 16) } : {}),
         reasoning: typeof m.reasoning === "string" ? m.reasoning : "",
         tokens: Array.isArray(m.tokens) ? m.tokens.filter(validToken) : [],
         stats: m.stats && typeof m.stats === "object" ? m.stats : null,
