@@ -10,6 +10,7 @@ code llmrun uses, and hard-linked into each test's store.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -93,6 +94,22 @@ def gemma_mlx16(gemma_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def gemma_mlx8(gemma_cache: Path) -> Path:
     return _converted(gemma_cache, 8)
+
+
+@pytest.fixture(scope="session")
+def gemma_mlx_vision(gemma_mlx16: Path) -> Path:
+    """A small Gemma 3 vision model in mlx-vlm's layout (the 16-bit MLX Gemma and a random vision tower:
+    ``tests/support/mlx_vision_model.py``), once per machine."""
+    from filelock import FileLock
+
+    from tests.support import mlx_vision_model
+
+    version = hashlib.sha256(Path(mlx_vision_model.__file__).read_bytes()).hexdigest()[:12]
+    target = _machine_cache() / f"gemma-mlx-vision-{gemma_mlx16.name[-12:]}-{version}"
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").is_file():
+            mlx_vision_model.write(gemma_mlx16, target)
+    return target
 
 
 @pytest.fixture(scope="session")

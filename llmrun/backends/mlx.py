@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from llmrun.backends.base import KeepPoint, LoadParams
 from llmrun.backends.mlx_load import kept_tokenizer, on_the_cpu_in_float32
 from llmrun.backends.mlx_parts import PREFILL_STEP, make_processors, make_sampler
+from llmrun.backends.mlx_vision import MlxImages
 from llmrun.decoding.assembler import assemble, score, token_budget
 from llmrun.decoding.events import BatchOutcome, BatchRequest, Candidate, Done, Token
 from llmrun.decoding.sampling import SamplingParams
@@ -32,7 +33,16 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from llmrun.backends.base import Evaluates, GeneratesBatch, KeepsKv, LoadedModel, Logits, Speculates
+    from llmrun.backends.base import (
+        Evaluates,
+        GeneratesBatch,
+        KeepsKv,
+        LoadedModel,
+        Logits,
+        SeesImages,
+        Speculates,
+    )
+    from llmrun.backends.mlx_vision import MlxVision
     from llmrun.backends.trace import Geometry, Looks, TopK, Trace
     from llmrun.models.kv_store import KvStore
     from llmrun.structured.grammar import Constrains, Constraint
@@ -71,7 +81,7 @@ def _markup_ids(tokenizer: Any) -> set[int]:
     return {int(i) for i, token in added.items() if not token.special and is_hidden_marker(str(token.content))}
 
 
-class MlxModel:
+class MlxModel(MlxImages):
     """A loaded MLX model; implements :class:`llmrun.backends.base.LoadedModel`."""
 
     def __init__(self, model: Any, tokenizer: Any, config: dict[str, Any], path: Path, params: LoadParams) -> None:
@@ -93,6 +103,8 @@ class MlxModel:
         self._grammar_tokenizer: Any = None
         self.draft = Draft()  # speculative decoding (see use_draft)
         self._draft_model: MlxModel | None = None
+        self._vision_path: Path | None = None  # a vision model's own directory (see use_projector)
+        self._vision: MlxVision | None = None  # its vision half, loaded on the first image
 
     def use_draft(self, draft: Draft, draft_model: LoadedModel | None = None) -> None:
         """Decode speculatively with a draft model (mlx-lm's ``speculative_generate_step``); its vocabulary
@@ -301,7 +313,6 @@ class MlxModel:
         self, ids: Sequence[int], params: SamplingParams, *, logprobs: int = 0, constraint: Constraint | None = None
     ) -> Iterator[Token | Done]:
         import mlx.core as mx
-        from mlx_lm.generate import generate_step
 
         seed = params.run_seed()
         if seed is not None:
@@ -312,6 +323,27 @@ class MlxModel:
             return
         started = time.perf_counter()
         start = self.reused = self._start_from_store(ids)
+        yield from self._sample(ids, ids, start, params, seed, logprobs, constraint, started)
+        self._keep_answer()
+
+    def _sample(
+        self,
+        ids: list[int],
+        held: list[int],
+        start: int,
+        params: SamplingParams,
+        seed: int | None,
+        logprobs: int,
+        constraint: Constraint | None,
+        started: float,
+        embeddings: Any = None,
+    ) -> Iterator[Token | Done]:
+        """Sample after the prompt ``ids``, of which the cache holds the first ``start``; ``held``: what the
+        cache will be said to hold for them (an image's positions by its keys); ``embeddings``: the prompt's
+        input embeddings, where it has images."""
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
         suffix = ids[start:]
         last: dict[str, Any] = {}
 
@@ -324,8 +356,9 @@ class MlxModel:
                 logits_processors=make_processors(params, self.n_ctx, len(suffix), constraint),
                 prompt_cache=self._cache,
                 prefill_step_size=PREFILL_STEP,
+                input_embeddings=None if embeddings is None else embeddings[start:],
             )
-            self._held = ids  # generate_step feeds the whole suffix, then every token it yields
+            self._held = list(held)  # generate_step feeds the whole suffix, then every token it yields
             try:
                 for token, token_logprobs in steps:
                     self._held = [*self._held, int(token)]
@@ -347,7 +380,6 @@ class MlxModel:
             constraint=constraint,
             started=started,
         )
-        self._keep_answer()
 
     def _speculative(
         self, ids: list[int], params: SamplingParams, seed: int | None, logprobs: int, constraint: Constraint | None
@@ -570,5 +602,5 @@ if TYPE_CHECKING:  # the capabilities this backend offers, as mypy checks them a
 
     def _capabilities(
         model: MlxModel,
-    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv]:
-        return model, model, model, model, model, model, model, model
+    ) -> tuple[LoadedModel, Logits, Evaluates, GeneratesBatch, Speculates, Constrains, Looks, KeepsKv, SeesImages]:
+        return model, model, model, model, model, model, model, model, model

@@ -197,13 +197,13 @@ def with_projector(
     listed = run_plan.model.projector
     if mmproj is None and listed is not None:
         mmproj, source = listed
-    if mmproj is not None and not mmproj.is_file():
+    if mmproj is not None and not (mmproj.is_file() or (run_plan.backend == "mlx" and mmproj.is_dir())):
         raise UsageError(f"the projector {mmproj} does not exist", "give the model's mmproj GGUF file")
     if images and mmproj is None:
-        raise UsageError(
-            f"{run_plan.model.name} does not see images: it has no projector",
-            "give a vision model's projector with --mmproj FILE (its mmproj GGUF)",
-        )
+        hint = "give a vision model's projector with --mmproj FILE (its mmproj GGUF)"
+        if run_plan.backend == "mlx":
+            hint = "run an MLX vision model (its config.json has a vision_config), or a GGUF with --mmproj FILE"
+        raise UsageError(f"{run_plan.model.name} does not see images: it has no projector", hint)
     if run_plan.backend == "remote" and (images or mmproj):
         raise UsageError("images go to a local model for now", "drop --endpoint, or --image")
     if mmproj is None:

@@ -146,3 +146,15 @@ def quiet_transformers() -> None:
 def is_mlx_dir(path: Path) -> bool:
     """An MLX / Hugging Face model directory: ``config.json`` and safetensors weights."""
     return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def has_vision_tower(path: Path) -> bool:
+    """An MLX vision model's directory: its config describes a vision tower (``vision_config``), which reads
+    images through mlx-vlm."""
+    if not is_mlx_dir(path):
+        return False
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)

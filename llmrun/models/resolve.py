@@ -35,12 +35,18 @@ class ResolvedModel:
     @property
     def projector(self) -> tuple[Path, str] | None:
         """The projector the model's own listing names, and where from: its models.toml entry's ``mmproj``,
-        the one pulled with it from its repo, or the other store's (Ollama's projector layer, the file beside it
-        in LM Studio or the Hugging Face cache). None: it reads no images unless given one."""
+        the one pulled with it from its repo, an MLX vision model's own vision tower, or the other store's
+        (Ollama's projector layer, the file beside it in LM Studio or the Hugging Face cache). None: it reads
+        no images unless given one."""
         if self.entry is not None and self.entry.mmproj is not None:
             return self.entry.mmproj, f"models.toml ({self.entry.source})"
         if self.mmproj is not None:
             return self.mmproj, "pulled with the model"
+        if self.path.is_dir():
+            from llmrun.formats.mlx_header import has_vision_tower
+
+            if has_vision_tower(self.path):
+                return self.path, "the MLX model's own vision tower"
         if self.foreign is not None and self.foreign.mmproj is not None:
             return self.foreign.mmproj, f"{self.foreign.source}'s projector"
         return None
