@@ -158,6 +158,12 @@ def image_seeds() -> dict[str, bytes]:
     return imagefiles.headers()
 
 
+def decode_seeds() -> dict[str, bytes]:
+    from tests.support import imagefiles
+
+    return imagefiles.decodable()
+
+
 SEEDS = {
     "gguf_header": gguf_seeds,
     "imatrix": imatrix_seeds,
@@ -168,6 +174,7 @@ SEEDS = {
     "models_toml": toml_seeds,
     "chat_template": template_seeds,
     "image_header": image_seeds,
+    "image_decode": decode_seeds,
 }
 
 

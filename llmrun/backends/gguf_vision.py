@@ -90,11 +90,7 @@ class Projector:
     def span(self, data: bytes, name: str = "the image") -> ImageSpan:
         """What ``data`` becomes in the prompt; :class:`ImageError` when it is not an image llmrun passes on."""
         m = self._m
-        sniff(data, name)
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        bitmap = m.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(data), False, None)
-        if not bitmap:
-            raise ImageError(f"{name} could not be decoded (the file is damaged or truncated)", "give a whole image")
+        bitmap = decode(m, self._ctx, data, name)
         chunks = m.mtmd_input_chunks_init()
         try:
             marker = m.mtmd_default_marker()
@@ -184,6 +180,19 @@ class Projector:
             self._m.mtmd_free(self._ctx)
             self._ctx = None
         self._encoded.clear()
+
+
+def decode(m: Any, ctx: Any, data: bytes, name: str = "the image") -> Any:
+    """``data`` decoded by libmtmd (stb_image) into a bitmap the caller frees, once llmrun's header check
+    (:func:`llmrun.formats.image.sniff`: format, bytes, pixels) let it through; :class:`ImageError` when either
+    refuses it. An image never asks the decoder for more pixels than its checked header declares
+    (``fuzz/fuzz_image_decode.py`` checks it)."""
+    sniff(data, name)
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    bitmap = m.mtmd_helper_bitmap_init_from_buf(ctx, buf, len(data), False, None)
+    if not bitmap:
+        raise ImageError(f"{name} could not be decoded (the file is damaged or truncated)", "give a whole image")
+    return bitmap
 
 
 def image_keys(digest: str, positions: int) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 from tests.unit.test_fuzz_inputs import FUZZ, HARNESSES
 
 pytestmark = pytest.mark.slow
-SECONDS = 4  # per harness (nine of them); the long runs are fuzz/README.md's
+SECONDS = 4  # per harness (ten of them); the long runs are fuzz/README.md's
 
 
 @pytest.mark.parametrize("name", HARNESSES)

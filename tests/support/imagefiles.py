@@ -63,3 +63,29 @@ def headers() -> dict[str, bytes]:
         "webp": webp_header(),
         "text": b"hello, this is not an image\n",
     }
+
+
+def bmp_bytes(width: int, height: int) -> bytes:
+    """A whole 24-bit BMP (bottom-up rows, each padded to four bytes) of a gradient."""
+    pad = b"\0" * (-3 * width % 4)
+    pixels = b"".join(bytes((x * 37 + y * 13) % 256 for x in range(3 * width)) + pad for y in range(height))
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(pixels), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 54 + len(pixels), 0, 0, 54) + info + pixels
+
+
+GIF_1X1 = bytes.fromhex("47494638396101000100800000ffffff0000002c00000000010001000002024401003b")
+"""A whole 1 × 1 GIF (one white pixel)."""
+
+
+def decodable() -> dict[str, bytes]:
+    """Whole images of the formats written here, and damaged ones, for the decoder's fuzz seeds."""
+    whole = png_bytes(8, 6, seed=3)
+    return {
+        "png": whole,
+        "png-truncated": whole[: len(whole) // 2],
+        "png-short-data": png_header(64, 64) + _chunk(b"IDAT", zlib.compress(b"\0" * 10)) + _chunk(b"IEND", b""),
+        "bmp": bmp_bytes(5, 3),
+        "bmp-truncated": bmp_bytes(5, 3)[:70],
+        "gif": GIF_1X1,
+        "jpeg-header-only": jpeg_header(16, 16),
+    }

@@ -9,75 +9,25 @@ built without it (a cached wheel from before the quick start turned it on) is po
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from llmrun.backends.llama_build import BUILD_CMAKE
 from tests.support import serving
 from tests.support.helpers import interruptible
+from tests.support.llama_tools import built
 
 SERVER = "ggml-rpc-server"
 
 
-def _sdist(version_: str, into: Path) -> Path:
-    """llama-cpp-python's source release (pip's cache, else PyPI), unpacked."""
-    into.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
-    got = subprocess.run(
-        [*pip, f"llama-cpp-python=={version_}", "-d", str(into)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    archives = list(into.glob("llama_cpp_python-*.tar.gz"))
-    if got.returncode != 0 or not archives:
-        pytest.skip(
-            f"cannot download the llama-cpp-python {version_} sdist to build ggml-rpc-server: {got.stderr[-300:]}"
-        )
-    shutil.unpack_archive(archives[0], into)
-    return into / archives[0].name.removesuffix(".tar.gz")
-
-
 def build(cache: Path) -> Path:
     """The build's bin directory (``ggml-rpc-server`` and the shared libraries), once per machine."""
-    from filelock import FileLock
-
-    version_ = version("llama-cpp-python")
-    flags = hashlib.sha256(BUILD_CMAKE.read_bytes()).hexdigest()[:12]
-    target = cache / f"llama-rpc-{version_}-{flags}"
-    with FileLock(str(target) + ".lock"):
-        bin_dir = target / "build" / "bin"
-        if (bin_dir / SERVER).is_file():
-            return bin_dir
-        shutil.rmtree(target, ignore_errors=True)
-        source = _sdist(version_, target / "sdist") / "vendor" / "llama.cpp"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        configure = ["cmake", "-S", str(source), "-B", str(target / "build"), *generator]
-        configure += ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_RPC=ON", "-DBUILD_SHARED_LIBS=ON"]
-        configure += ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
-        configure += ["-DLLAMA_OPENSSL=OFF", f"-DCMAKE_PROJECT_INCLUDE={BUILD_CMAKE}"]  # the quick start's flags
-        jobs = str(os.cpu_count() or 2)
-        for command in (
-            configure,
-            ["cmake", "--build", str(target / "build"), "-j", jobs, "--target", SERVER, "llama"],
-        ):
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            assert done.returncode == 0, (
-                f"{' '.join(command[:3])} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            )
-        shutil.rmtree(target / "sdist", ignore_errors=True)
-        return bin_dir
+    return built(cache, "llama-rpc", ["-DGGML_RPC=ON"], [SERVER, "llama"])
 
 
 def client_env(bin_dir: Path) -> dict[str, str]:

@@ -29,7 +29,7 @@ def harness(name: str) -> ModuleType:
 
 
 def test_every_harness_has_seeds() -> None:
-    assert len(HARNESSES) == 9
+    assert len(HARNESSES) == 10
     assert {h for h, _ in INPUTS} == set(HARNESSES)
 
 
