@@ -55,7 +55,7 @@ EOG_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|en
 
 def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
     """How a vocabulary entry spells its bytes: byte-level BPE, or sentencepiece with byte fallback."""
-    decoder = json.loads(tokenizer.backend_tokenizer.to_str()).get("decoder") or {}
+    decoder = _decoder_spec(tokenizer)
     if "ByteLevel" in json.dumps(decoder):
         from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -69,6 +69,19 @@ def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
         return token.replace("\u2581", " ").encode("utf-8")
 
     return sentencepiece
+
+
+def _decoder_spec(tokenizer: Any) -> Any:
+    """The tokenizer's decoder as tokenizers describes it in JSON: from the decoder alone (serializing the
+    whole tokenizer for it took 1–2 s for Gemma's 262k-token vocabulary, on every load)."""
+    backend = tokenizer.backend_tokenizer
+    decoder = backend.decoder
+    if decoder is None:
+        return {}
+    try:
+        return json.loads(decoder.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return json.loads(backend.to_str()).get("decoder") or {}
 
 
 def _markup_ids(tokenizer: Any) -> set[int]:
@@ -167,8 +180,8 @@ class MlxModel(MlxImages):
         ends = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
         if self.tokenizer.eos_token_id is not None:
             ends.add(self.tokenizer.eos_token_id)
-        vocab = self.tokenizer.get_vocab()
-        ends.update(vocab[text] for text in EOG_TEXTS if text in vocab)
+        backend = self.tokenizer.backend_tokenizer  # (get_vocab() builds a dict of the whole vocabulary)
+        ends.update(found for text in EOG_TEXTS if (found := backend.token_to_id(text)) is not None)
         return ends
 
     def is_end(self, token_id: int) -> bool:

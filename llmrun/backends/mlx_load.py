@@ -3,6 +3,7 @@ a model computes in on the CPU (see :mod:`llmrun.formats.mlx_runtime`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,22 +29,44 @@ def on_the_cpu_in_float32(model: Any, blas: str | None) -> None:
         mx.eval(model.parameters())
 
 
-_TOKENIZERS: dict[tuple[str, tuple[int, ...] | None, tuple[tuple[str, int, int], ...]], Any] = {}
+_TOKENIZERS: dict[tuple[tuple[int, ...] | None, tuple[tuple[str, str], ...]], Any] = {}
+_DIGESTS: dict[tuple[str, int, int], str] = {}
 KEPT_TOKENIZERS = 4
+TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "chat_template", "vocab", "merges")
 
 
 def kept_tokenizer(path: Path, eos: tuple[int, ...] | None, load: Callable[..., Any]) -> Any:
-    """The directory's transformers tokenizer, kept per process (by its files' sizes and times): reading
-    one takes seconds (Gemma's tokenizer.json is 33 MB of JSON, parsed several times over), and a model is
-    loaded again on a reload, a model switch, a draft of the same family. llmrun only reads it."""
-    files = tuple(
-        (f.name, (s := f.stat()).st_size, s.st_mtime_ns)
-        for f in sorted(path.iterdir())
-        if f.is_file() and (f.name.startswith("tokenizer") or f.name.endswith((".model", "_config.json", ".jinja")))
-    )
-    key = (str(path.resolve()), eos, files)
+    """The directory's transformers tokenizer, kept per process by its files' contents: reading one takes
+    seconds (Gemma's tokenizer.json is 33 MB of JSON, parsed several times over), and a model is loaded
+    again on a reload, a model switch, a draft of the same family — or is a copy with the same tokenizer
+    (a model quantized or converted here, the same model pulled twice). llmrun only reads it."""
+    key = (eos, _tokenizer_files(path))
     if key not in _TOKENIZERS:
         if len(_TOKENIZERS) >= KEPT_TOKENIZERS:
             del _TOKENIZERS[next(iter(_TOKENIZERS))]
         _TOKENIZERS[key] = load(path, eos_token_ids=list(eos) if eos is not None else None)._tokenizer
     return _TOKENIZERS[key]
+
+
+def _tokenizer_files(path: Path) -> tuple[tuple[str, str], ...]:
+    """(name, content digest) of every file the tokenizer is read from; config.json by its ``model_type``
+    alone (which tokenizer class a directory without one in tokenizer_config.json gets)."""
+    import hashlib
+    import json
+
+    found = []
+    for file in sorted(path.iterdir()):
+        if not file.is_file():
+            continue
+        if file.name == "config.json":
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                found.append((file.name, str(json.loads(file.read_text(encoding="utf-8")).get("model_type"))))
+            continue
+        if file.name.startswith(TOKENIZER_FILES) or file.suffix in (".model", ".jinja", ".tiktoken"):
+            stat = file.stat()
+            seen = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+            if seen not in _DIGESTS:
+                with file.open("rb") as opened:
+                    _DIGESTS[seen] = hashlib.file_digest(opened, "blake2b").hexdigest()
+            found.append((file.name, _DIGESTS[seen]))
+    return tuple(found)
