@@ -330,9 +330,8 @@ class GgufModel:
         constraint: Constraint | None = None,
     ) -> Iterator[Token | Done]:
         """:meth:`stream` for a prompt with images: ``images[i]`` sits before token ``at[i]`` of ``ids``."""
-        import dataclasses
-
         from llmrun.backends.gguf_vision import evaluate, layout
+        from llmrun.backends.images import counted, image_names, snapshot, too_long
 
         projector = self.projector
         if projector is None:
@@ -340,27 +339,17 @@ class GgufModel:
         started = time.perf_counter()
         spans = []
         try:
-            for number, data in enumerate(images, 1):
-                spans.append(projector.span(data, f"image {number}" if len(images) > 1 else "the image"))
+            for data, name in zip(images, image_names(len(images)), strict=True):
+                spans.append(projector.span(data, name))
             plan = layout(ids, at, spans)
+            image_positions = sum(s.positions for s in spans)
             if len(plan.keys) >= self.n_ctx:
-                raise ContextFull(
-                    f"the prompt takes {len(plan.keys)} positions ({sum(s.positions for s in spans)} of them "
-                    f"for {len(spans)} image{'s' if len(spans) > 1 else ''}), more than the context of {self.n_ctx}",
-                    "raise `n_ctx`, or give fewer or smaller images (`image_max_tokens`)",
-                )
-            encoded, hits = projector.encode_seconds, projector.hits
+                hint = "raise `n_ctx`, or give fewer or smaller images (`image_max_tokens`)"
+                raise too_long(len(plan.keys), image_positions, len(spans), self.n_ctx, hint)
+            before = snapshot(projector)
             cached = evaluate(projector, self.llama, plan)
-            for event in self._sample(plan.keys, params, logprobs, constraint, cached, started):
-                if isinstance(event, Done):
-                    stats = dataclasses.replace(
-                        event.stats,
-                        image_tokens=sum(s.positions for s in spans),
-                        image_seconds=projector.encode_seconds - encoded,
-                        images_reused=projector.hits - hits,
-                    )
-                    event = Done(event.text, stats)
-                yield event
+            steps = self._sample(plan.keys, params, logprobs, constraint, cached, started)
+            yield from counted(steps, projector, image_positions, before)
         finally:
             for span in spans:
                 projector.free(span)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmrun.backends.images import image_keys
 from llmrun.errors import BackendError, ModelFileError, UsageError
 from llmrun.formats.image import ImageError, sniff
 
@@ -193,12 +194,6 @@ def decode(m: Any, ctx: Any, data: bytes, name: str = "the image") -> Any:
     if not bitmap:
         raise ImageError(f"{name} could not be decoded (the file is damaged or truncated)", "give a whole image")
     return bitmap
-
-
-def image_keys(digest: str, positions: int) -> list[int]:
-    """The keys an image's positions are remembered by in the context: negative (no token is), from its hash."""
-    base = int(digest[:8], 16)
-    return [-(1 + (base + k) % (2**31 - 2)) for k in range(positions)]
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,13 @@ Model code from a model directory never runs: ``trust_remote_code`` stays off.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.base import KeepPoint, LoadParams
-from llmrun.backends.mlx_load import kept_tokenizer, on_the_cpu_in_float32
+from llmrun.backends.mlx_load import kept_tokenizer, markup_ids, on_the_cpu_in_float32, piece_decoder
 from llmrun.backends.mlx_parts import PREFILL_STEP, make_processors, make_sampler
 from llmrun.backends.mlx_vision import MlxImages
 from llmrun.decoding.assembler import assemble, score, token_budget
@@ -53,47 +51,6 @@ EOG_TEXTS = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|en
 """Tokens that end a turn (llama.cpp's end-of-generation set), besides the configured EOS."""
 
 
-def _piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
-    """How a vocabulary entry spells its bytes: byte-level BPE, or sentencepiece with byte fallback."""
-    decoder = _decoder_spec(tokenizer)
-    if "ByteLevel" in json.dumps(decoder):
-        from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-        table = {char: byte for byte, char in bytes_to_unicode().items()}
-        return lambda token: bytes(table[c] for c in token if c in table)
-
-    def sentencepiece(token: str) -> bytes:
-        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
-            with contextlib.suppress(ValueError):
-                return bytes([int(token[3:5], 16)])
-        return token.replace("\u2581", " ").encode("utf-8")
-
-    return sentencepiece
-
-
-def _decoder_spec(tokenizer: Any) -> Any:
-    """The tokenizer's decoder as tokenizers describes it in JSON: from the decoder alone (serializing the
-    whole tokenizer for it took 1–2 s for Gemma's 262k-token vocabulary, on every load)."""
-    backend = tokenizer.backend_tokenizer
-    decoder = backend.decoder
-    if decoder is None:
-        return {}
-    try:
-        return json.loads(decoder.__getstate__())
-    except (AttributeError, TypeError, ValueError):
-        return json.loads(backend.to_str()).get("decoder") or {}
-
-
-def _markup_ids(tokenizer: Any) -> set[int]:
-    """Added tokens that are markup though not marked special (as GGUF's user-defined tokens come out of
-    a conversion: Gemma 3's ``<start_of_image>``), kept out of answers as llama.cpp's are here
-    (:mod:`llmrun.decoding.markers`)."""
-    from llmrun.decoding.markers import is_hidden_marker
-
-    added = tokenizer.added_tokens_decoder
-    return {int(i) for i, token in added.items() if not token.special and is_hidden_marker(str(token.content))}
-
-
 class MlxModel(MlxImages):
     """A loaded MLX model; implements :class:`llmrun.backends.base.LoadedModel`."""
 
@@ -104,8 +61,8 @@ class MlxModel(MlxImages):
         self.path = path
         self.n_ctx = params.n_ctx
         self.load_params = params
-        self._spell = _piece_decoder(tokenizer)
-        self._special = set(tokenizer.all_special_ids) | _markup_ids(tokenizer)
+        self._spell = piece_decoder(tokenizer)
+        self._special = set(tokenizer.all_special_ids) | markup_ids(tokenizer)
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self._eog = self._end_ids()
         self._cache: list[Any] | None = None

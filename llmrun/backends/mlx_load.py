@@ -1,9 +1,11 @@
-"""What loading an MLX model does beyond mlx-lm's own load: the tokenizer kept per process, and the dtype
-a model computes in on the CPU (see :mod:`llmrun.formats.mlx_runtime`)."""
+"""What loading an MLX model does beyond mlx-lm's own load: the tokenizer kept per process and what llmrun
+reads from it (how its tokens spell bytes, which added tokens are markup), and the dtype a model computes in
+on the CPU (see :mod:`llmrun.formats.mlx_runtime`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,6 @@ def _tokenizer_files(path: Path) -> tuple[tuple[str, str], ...]:
     """(name, content digest) of every file the tokenizer is read from; config.json by its ``model_type``
     alone (which tokenizer class a directory without one in tokenizer_config.json gets)."""
     import hashlib
-    import json
 
     found = []
     for file in sorted(path.iterdir()):
@@ -70,3 +71,44 @@ def _tokenizer_files(path: Path) -> tuple[tuple[str, str], ...]:
                     _DIGESTS[seen] = hashlib.file_digest(opened, "blake2b").hexdigest()
             found.append((file.name, _DIGESTS[seen]))
     return tuple(found)
+
+
+def piece_decoder(tokenizer: Any) -> Callable[[str], bytes]:
+    """How a vocabulary entry spells its bytes: byte-level BPE, or sentencepiece with byte fallback."""
+    decoder = _decoder_spec(tokenizer)
+    if "ByteLevel" in json.dumps(decoder):
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        table = {char: byte for byte, char in bytes_to_unicode().items()}
+        return lambda token: bytes(table[c] for c in token if c in table)
+
+    def sentencepiece(token: str) -> bytes:
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            with contextlib.suppress(ValueError):
+                return bytes([int(token[3:5], 16)])
+        return token.replace("\u2581", " ").encode("utf-8")
+
+    return sentencepiece
+
+
+def _decoder_spec(tokenizer: Any) -> Any:
+    """The tokenizer's decoder as tokenizers describes it in JSON: from the decoder alone (serializing the
+    whole tokenizer for it took 1–2 s for Gemma's 262k-token vocabulary, on every load)."""
+    backend = tokenizer.backend_tokenizer
+    decoder = backend.decoder
+    if decoder is None:
+        return {}
+    try:
+        return json.loads(decoder.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return json.loads(backend.to_str()).get("decoder") or {}
+
+
+def markup_ids(tokenizer: Any) -> set[int]:
+    """Added tokens that are markup though not marked special (as GGUF's user-defined tokens come out of
+    a conversion: Gemma 3's ``<start_of_image>``), kept out of answers as llama.cpp's are here
+    (:mod:`llmrun.decoding.markers`)."""
+    from llmrun.decoding.markers import is_hidden_marker
+
+    added = tokenizer.added_tokens_decoder
+    return {int(i) for i, token in added.items() if not token.special and is_hidden_marker(str(token.content))}

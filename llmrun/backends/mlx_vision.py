@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmrun.backends.images import counted, image_keys, image_names, snapshot, too_long
 from llmrun.decoding.events import Done, Token
-from llmrun.errors import BackendError, ContextFull, UsageError
+from llmrun.errors import BackendError, UsageError
 from llmrun.formats.image import ImageError, sniff
+from llmrun.formats.mlx_header import describes_vision
 
 if TYPE_CHECKING:
     from llmrun.decoding.sampling import SamplingParams
@@ -47,11 +49,6 @@ class VisionSpan:
         return len(self.ids)
 
 
-def has_vision_tower(config: dict[str, Any]) -> bool:
-    """Whether an MLX model directory's config describes a vision model (a ``vision_config``)."""
-    return isinstance(config.get("vision_config"), dict)
-
-
 def _processor(path: Path, tokenizer: Any, config: dict[str, Any]) -> Any:
     """Gemma 3's processor (mlx-vlm's), on the tokenizer the text model already read (reading Gemma's 33 MB
     tokenizer.json again would take seconds) and the directory's image processor."""
@@ -65,13 +62,6 @@ def _processor(path: Path, tokenizer: Any, config: dict[str, Any]) -> Any:
     length = given.get("image_seq_length") or config.get("mm_tokens_per_image") or 256
     image_processor = AutoImageProcessor.from_pretrained(path)
     return Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=int(length))
-
-
-def span_keys(digest: str, count: int) -> tuple[int, ...]:
-    """Negative keys for an image's positions: never a token id, the same for the same image (so a prompt
-    that repeats a conversation with an image reuses its cache), different for a different one."""
-    base = int(digest[:12], 16) << 12
-    return tuple(-1 - (base + i) for i in range(count))
 
 
 class MlxVision:
@@ -136,7 +126,7 @@ class MlxVision:
         ).inputs_embeds[0]
         mx.eval(embeddings)
         self.encode_seconds += time.perf_counter() - started
-        span = VisionSpan(tuple(ids), embeddings, span_keys(digest, len(ids)))
+        span = VisionSpan(tuple(ids), embeddings, tuple(image_keys(digest, len(ids))))
         self._spans[digest] = span
         while len(self._spans) > KEPT:
             self._spans.popitem(last=False)
@@ -158,8 +148,7 @@ def image_prompt(vision: MlxVision, ids: Sequence[int], at: Sequence[int], image
     """``ids`` with ``images[i]`` put before token ``at[i]``."""
     import mlx.core as mx
 
-    names = [f"image {n}" if len(images) > 1 else "the image" for n in range(1, len(images) + 1)]
-    spans = [vision.span(data, name) for data, name in zip(images, names, strict=True)]
+    spans = [vision.span(data, name) for data, name in zip(images, image_names(len(images)), strict=True)]
     full: list[int] = []
     keys: list[int] = []
     pieces: list[Any] = []
@@ -212,7 +201,7 @@ class MlxImages:
     def use_projector(self, path: Path, image_max_tokens: int | None = None) -> None:
         """Read images through this vision model's own vision tower (its directory, ``path``); loaded on
         the first image. A GGUF projector file is a GGUF model's, never an MLX model's."""
-        if path.resolve() != self.path.resolve() or not has_vision_tower(self.config):
+        if path.resolve() != self.path.resolve() or not describes_vision(self.config):
             raise UsageError(
                 f"an MLX model reads images through its own vision tower; {path.name} is not this model's",
                 "run an MLX vision model (its directory has a vision_config), or the GGUF with its mmproj",
@@ -246,20 +235,15 @@ class MlxImages:
         constraint: Constraint | None = None,
     ) -> Iterator[Token | Done]:
         """:meth:`stream` for a prompt with images: ``images[i]`` sits before token ``at[i]`` of ``ids``."""
-        import dataclasses
-
         import mlx.core as mx
 
         vision = self._vision_half()
         started = time.perf_counter()
-        encoded, hits = vision.encode_seconds, vision.hits
+        before = snapshot(vision)
         prompt = image_prompt(vision, ids, at, images)
         if len(prompt.ids) >= self.n_ctx:
-            raise ContextFull(
-                f"the prompt takes {len(prompt.ids)} positions ({prompt.image_positions} of them for "
-                f"{len(images)} image{'s' if len(images) > 1 else ''}), more than the context of {self.n_ctx}",
-                "raise `n_ctx`, or give fewer images",
-            )
+            hint = "raise `n_ctx`, or give fewer images"
+            raise too_long(len(prompt.ids), prompt.image_positions, len(images), self.n_ctx, hint)
         seed = params.run_seed()
         if seed is not None:
             mx.random.seed(seed)
@@ -269,13 +253,4 @@ class MlxImages:
         steps = self._sample(
             prompt.ids, prompt.keys, start, params, seed, logprobs, constraint, started, prompt.embeddings
         )
-        for event in steps:
-            if isinstance(event, Done):
-                stats = dataclasses.replace(
-                    event.stats,
-                    image_tokens=prompt.image_positions,
-                    image_seconds=vision.encode_seconds - encoded,
-                    images_reused=vision.hits - hits,
-                )
-                event = Done(event.text, stats)
-            yield event
+        yield from counted(steps, vision, prompt.image_positions, before)

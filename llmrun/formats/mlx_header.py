@@ -148,13 +148,18 @@ def is_mlx_dir(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
+def describes_vision(config: Any) -> bool:
+    """Whether an MLX model's config describes a vision model (a ``vision_config``: a vision tower that reads
+    images through mlx-vlm)."""
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+
+
 def has_vision_tower(path: Path) -> bool:
-    """An MLX vision model's directory: its config describes a vision tower (``vision_config``), which reads
-    images through mlx-vlm."""
+    """An MLX vision model's directory (:func:`describes_vision` of its config)."""
     if not is_mlx_dir(path):
         return False
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+    return describes_vision(config)
