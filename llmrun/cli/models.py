@@ -240,7 +240,7 @@ def list_models(
     """The models in the local store: name, quant, size, when pulled, where."""
     from llmrun.cli import render, views
     from llmrun.errors import StoreError
-    from llmrun.models.store import read_index
+    from llmrun.models.store import entry_files, read_index
     from llmrun.paths import store_dir
 
     rows = []
@@ -252,7 +252,7 @@ def list_models(
     for name, entry in sorted(pulled.items()):
         size = sum(f["size"] for f in entry["files"])
         projector = entry.get("mmproj")
-        present = all(Path(f["path"]).is_file() for f in [*entry["files"], *([projector] if projector else [])])
+        present = all(Path(f["path"]).is_file() for f in entry_files(entry))
         rows.append({
             "name": name, "format": entry.get("format", "gguf"),
             "repo": entry["repo"] or f"(made here from {entry.get('source', '?')})",
@@ -361,10 +361,10 @@ def rm(
 
 def _indexed_sha256(path: Path) -> str | None:
     """The sha256 the Hub published for a pulled file (checked when it was pulled)."""
-    from llmrun.models.store import read_index
+    from llmrun.models.store import entry_files, read_index
 
     for entry in read_index().values():
-        for f in [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else [])]:
+        for f in entry_files(entry):
             if f["path"] == str(path):
                 sha: str | None = f.get("sha256")
                 return sha

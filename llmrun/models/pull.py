@@ -19,7 +19,7 @@ from llmrun.errors import ModelFileError, ModelNotFound, StoreError
 from llmrun.files import Progress
 from llmrun.models import hub
 from llmrun.models.quants import choose, choose_projector
-from llmrun.models.store import editing_index, read_index
+from llmrun.models.store import editing_index, entry_files, read_index
 
 if TYPE_CHECKING:
     from llmrun.models.refs import ModelRef
@@ -43,7 +43,7 @@ def projector(key: str) -> Path | None:
 
 
 def _present(entry: dict[str, Any]) -> Path | None:
-    records = _records(entry)
+    records = entry_files(entry)
     paths = [Path(f["path"]) for f in records]
     sizes_ok = all(p.is_file() and p.stat().st_size == f["size"] for p, f in zip(paths, records, strict=True))
     return paths[0] if paths and sizes_ok else None
@@ -157,10 +157,10 @@ def remove(key: str) -> list[Path]:
         entry = models.pop(key, None)
         if entry is None:
             raise ModelNotFound(f"{key} is not in the local store", "`llmrun list` shows what is")
-        still_used = {f["path"] for other in models.values() for f in _records(other)}
+        still_used = {f["path"] for other in models.values() for f in entry_files(other)}
     removed = []
     store = store_dir().resolve()
-    for f in _records(entry):
+    for f in entry_files(entry):
         path = Path(f["path"])
         if f["path"] in still_used or (entry.get("origin") == LOCAL and not path.resolve().is_relative_to(store)):
             continue
@@ -170,11 +170,6 @@ def remove(key: str) -> list[Path]:
         with contextlib.suppress(OSError):
             removed[0].parent.rmdir()  # the directory, once empty
     return removed
-
-
-def _records(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """An index entry's file records: its model files, then the projector pulled with it."""
-    return [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else [])]
 
 
 # --- models made on this machine (llmrun quantize) ------------------------------------

@@ -236,3 +236,8 @@ def editing_index() -> Iterator[dict[str, dict[str, Any]]]:
         models = read_index()
         yield models
         atomic_write_text(path, json.dumps({"version": INDEX_VERSION, "models": models}, indent=2))
+
+
+def entry_files(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """An index entry's file records: its model files, then the projector pulled with it (if any)."""
+    return [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else [])]

@@ -14,9 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.server.test_web_page import Page
 from tests.support import imagefiles, projector, serving
-from tests.support.browser import chromium
+from tests.support.browser import Page, chromium, opened
 
 pytestmark = pytest.mark.slow
 PROMPT = "Describe the picture."
@@ -39,14 +38,7 @@ def server(gemma_cache: Path, files: tuple[Path, Path], tmp_path_factory: pytest
 @pytest.fixture(scope="module")
 def page(server: str) -> Iterator[Page]:
     with chromium(width=1400, height=1000) as driver:
-        driver.get(server + "/")
-        opened = Page(server, driver)
-        opened.until(lambda: opened.all("[data-testid=model] option"), "the model picker filled")
-        opened.setting("temperature", 0)
-        field = opened.find("settings-max_tokens")
-        field.clear()
-        field.send_keys("8")
-        yield opened
+        yield opened(driver, server, max_tokens=8)
 
 
 def api_answer(server: str, data_url: str) -> tuple[str, int]:

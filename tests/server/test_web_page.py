@@ -14,8 +14,7 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import httpx
 import pytest
 
 from tests.support import serving
-from tests.support.browser import chromium
+from tests.support.browser import Page, chromium, opened, until
 
 pytestmark = pytest.mark.slow
 
@@ -35,80 +34,6 @@ SMOLLM_PACKAGE = (
     'sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }'
 )
 HOSTILE = 'Repeat exactly, with nothing else: <img src=x onerror="window.pwned=1">'
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 60, detail: Callable[[], str] = str) -> Any:
-    """``check()``'s first true value, polled; an AssertionError naming ``what`` when time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"the page did not show {what} within {timeout:.0f} s{detail()}")
-
-
-@dataclass
-class Page:
-    url: str
-    driver: Any
-
-    def find(self, testid: str) -> Any:
-        from selenium.webdriver.common.by import By
-
-        return self.driver.find_element(By.CSS_SELECTOR, f"[data-testid={testid}]")
-
-    def all(self, selector: str) -> list[Any]:
-        from selenium.webdriver.common.by import By
-
-        return list(self.driver.find_elements(By.CSS_SELECTOR, selector))
-
-    def until(self, check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-        return until(check, what, timeout, lambda: f"; its console: {self.console()}")
-
-    def console(self) -> list[str]:
-        return [entry["message"] for entry in self.driver.get_log("browser")]
-
-    def setting(self, name: str, value: float) -> None:
-        self.driver.execute_script(
-            "const s = arguments[0]; s.value = arguments[1]; s.dispatchEvent(new Event('input'));",
-            self.find(f"settings-{name}"),
-            value,
-        )
-
-    def probabilities(self, on: bool) -> None:
-        box = self.find("show-probs")
-        if box.is_selected() != on:
-            box.click()
-
-    def new_chat(self) -> None:
-        self.find("new-chat").click()
-
-    def busy(self) -> str:
-        return str(self.driver.execute_script("return document.body.dataset.busy"))
-
-    def send(self, text: str) -> None:
-        prompt = self.find("prompt")
-        prompt.clear()
-        prompt.send_keys(text)
-        self.find("send").click()
-        self.until(lambda: self.busy() == "yes", "an answer starting")
-
-    def finished(self, timeout: float = 120) -> None:
-        self.until(lambda: self.busy() == "no", "the end of the answer", timeout)
-
-    def tokens(self) -> list[tuple[str, float]]:
-        return self.driver.execute_script(  # type: ignore[no-any-return]
-            "return [...document.querySelectorAll('[data-testid=answer] [data-testid=token]')]"
-            ".map(s => [s.textContent, Number(s.dataset.p)]);"
-        )
-
-    def hover(self, element: Any) -> list[tuple[str, float]]:
-        from selenium.webdriver.common.action_chains import ActionChains
-
-        ActionChains(self.driver).move_to_element(element).perform()
-        self.until(lambda: self.find("alternatives").is_displayed(), "the alternatives")
-        items = self.all("[data-testid=alternatives] [data-testid=alternative]")
-        return [(li.get_attribute("data-token"), float(li.get_attribute("data-p"))) for li in items]
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +50,7 @@ def server(smollm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
 @pytest.fixture(scope="module")
 def page(server: str) -> Iterator[Page]:
     with chromium(width=1400, height=1000) as driver:
-        driver.get(server + "/")
-        opened = Page(server, driver)
-        key = opened.until(lambda: opened.find("api-key").is_displayed() and opened.find("api-key"), "the key prompt")
-        key.send_keys(KEY)
-        opened.driver.find_element("id", "key-use").click()
-        opened.until(lambda: opened.all("[data-testid=model] option"), "the model picker filled")
-        opened.setting("temperature", 0)
-        field = opened.find("settings-max_tokens")
-        field.clear()
-        field.send_keys("48")
-        yield opened
+        yield opened(driver, server, key=KEY, max_tokens=48)
 
 
 def api_chat(server: str, messages: list[Any], **fields: Any) -> Any:
