@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmrun.api.flags import FLAGS
+from llmrun.api.limits import OverLimit
 from llmrun.errors import LlmrunError, word
 
 # what a client sets in its request body; everything else is the operator's, set when the server started
@@ -87,3 +88,10 @@ _KINDS = {
 def bad_field(param: str, message: str, code: str = "invalid_value") -> ApiError:
     """A 400 for one field of the request."""
     return ApiError(400, message, param=param, code=code)
+
+
+def over_limit(exc: OverLimit) -> ApiError:
+    """A request past one of :mod:`llmrun.api.limits`: 413 for too much text, else a 400 naming the field."""
+    return ApiError(
+        exc.status, exc.message, param=exc.field, code="request_too_large" if exc.status == 413 else "invalid_value"
+    )

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from llmrun.api import limits
 from llmrun.api.errors import ApiError, worded
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.request import Request
@@ -49,6 +50,15 @@ UNSUPPORTED = {
     "suffix": "suffix (fill-in-the-middle) is not supported",
     "context": "context is deprecated by Ollama and not supported: send the conversation to /api/chat",
 }
+
+
+def _limited(check: Any, value: Any, *more: Any) -> Any:
+    """One of :mod:`llmrun.api.limits`' checks, its refusal in Ollama's shape."""
+    try:
+        return check(value, *more)
+    except limits.OverLimit as exc:
+        message = exc.message if exc.message.startswith(exc.field) else f"{exc.field}: {exc.message}"
+        raise OllamaError(exc.status, message) from None
 
 
 class OllamaError(ApiError):
@@ -104,10 +114,7 @@ def params(options: Any, defaults: SamplingParams, max_tokens: int = -1) -> Samp
         if value is None:
             continue
         if name == "stop":
-            stops = [value] if isinstance(value, str) else value
-            if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-                raise OllamaError(400, "options.stop must be a list of non-empty strings")
-            values["stop"] = tuple(stops)
+            values["stop"] = _limited(limits.stops, value, "options.stop")
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise OllamaError(400, f"options.{name} must be a number")
@@ -139,7 +146,10 @@ def answer_format(value: Any) -> Format | None:
     if value == "json":
         return ANY_JSON
     if isinstance(value, dict):
-        return from_schema(value, parameter="format")
+        try:
+            return from_schema(value, parameter="format")
+        except InvalidParameter as exc:
+            raise OllamaError(400, f"format must be {exc.expected}") from None
     raise OllamaError(400, 'format must be "json" or a JSON Schema object')
 
 
@@ -156,6 +166,7 @@ def parse_generate(body: Any, defaults: SamplingParams, max_tokens: int = -1) ->
     prompt, system = body.get("prompt", ""), body.get("system")
     if not isinstance(prompt, str) or (system is not None and not isinstance(system, str)):
         raise OllamaError(400, "prompt and system must be strings")
+    _limited(limits.prompt_size, [len(prompt) + len(system or "")], "prompt")
     raw = body.get("raw", False)
     if not isinstance(raw, bool):
         raise OllamaError(400, "raw must be a boolean")
@@ -179,6 +190,9 @@ def parse_chat(body: Any, defaults: SamplingParams, max_tokens: int = -1) -> Oll
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OllamaError(400, "messages must be a non-empty list")
+    _limited(limits.message_count, len(messages))
+    sizes = [len(m["content"]) if isinstance(m, dict) and isinstance(m.get("content"), str) else 0 for m in messages]
+    _limited(limits.prompt_size, sizes)
     parsed = tuple(_message(m, i) for i, m in enumerate(messages))
     tools = _tools(body.get("tools"))
     think, variables = _think(body.get("think"))
@@ -284,13 +298,20 @@ def _tools(value: Any) -> ToolUse | None:
         return None
     if not isinstance(value, list):
         raise OllamaError(400, "tools must be a list")
+    _limited(limits.tool_count, len(value))
     tools = []
     for i, tool in enumerate(value):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise OllamaError(400, f'tools[{i}] must be {{"type": "function", "function": {{"name", ...}}}}')
+        name = _limited(limits.tool_name, function["name"], f"tools[{i}].function.name")
         parameters = function.get("parameters") or {"type": "object", "properties": {}}
-        tools.append(Tool(function["name"], str(function.get("description") or ""), json.dumps(parameters)))
+        if not isinstance(parameters, dict):
+            raise OllamaError(400, f"tools[{i}].function.parameters must be a JSON Schema object")
+        text = json.dumps(parameters, ensure_ascii=False)
+        _limited(limits.schema_size, text, f"tools[{i}].function.parameters")
+        tools.append(Tool(name, str(function.get("description") or ""), text))
+    _limited(limits.tool_names, [t.name for t in tools])
     return ToolUse(tuple(tools), "auto")
 
 

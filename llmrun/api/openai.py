@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmrun.api.errors import ApiError, bad_field, worded
+from llmrun.api import limits as limits_
+from llmrun.api.errors import ApiError, bad_field, over_limit, worded
 from llmrun.api.openai_tools import parse_response_format, parse_tool_calls, parse_tools, tool_calls_json
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.request import Request
@@ -26,7 +27,6 @@ from llmrun.prompt.template import OWN_VARIABLES, Message
 # "length": a limit cut the answer short: max_tokens, the context, or the server's --request-timeout
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length", "time": "length"}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
 
 # the sampling fields a body may set, by the SamplingParams field they set
@@ -77,7 +77,7 @@ UNSUPPORTED = {
 class Limits:
     max_tokens: int  # the most tokens one answer may ask for (the server's --max-tokens, at most the context per slot)
     max_n: int = 8
-    max_messages: int = 1024
+    max_messages: int = limits_.MAX_MESSAGES
     default_tokens: int = (
         -1
     )  # an answer's max_tokens when the request gives none (-1: until it stops or fills the context)
@@ -140,10 +140,10 @@ def _params(
         raise bad_field("temperature", f"temperature must be in [0, 2], got {values['temperature']}")
     stop = body.get("stop")
     if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOP:
-            raise bad_field("stop", f"stop must be a non-empty string or a list of at most {MAX_STOP} of them")
-        values["stop"] = tuple(stops)
+        try:
+            values["stop"] = limits_.stops(stop)
+        except limits_.OverLimit as exc:
+            raise over_limit(exc) from None
     if max_tokens_field is not None:
         max_tokens = _typed(body, max_tokens_field, int, "an integer")
         if max_tokens is not None:
@@ -232,9 +232,23 @@ MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "func
 MESSAGE_FIELDS |= {"reasoning_content", "reasoning", "audio"}
 
 
+def _size(message: Any) -> int:
+    """A message's characters: its text parts (images and the rest are bounded by the body's size)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return len(content)
+    parts = content if isinstance(content, list) else []
+    return sum(len(p["text"]) for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
 def parse_messages(messages: Any, limits: Limits) -> tuple[Message, ...]:
     if not isinstance(messages, list) or not messages:
         raise bad_field("messages", "messages must be a non-empty array", "missing_required")
+    try:
+        limits_.message_count(len(messages))
+        limits_.prompt_size([_size(m) for m in messages])
+    except limits_.OverLimit as exc:
+        raise over_limit(exc) from None
     if len(messages) > limits.max_messages:
         raise bad_field("messages", f"at most {limits.max_messages} messages")
     parsed = []
@@ -377,6 +391,10 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
     prompts = [prompt] if isinstance(prompt, str) else prompt
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise bad_field("prompt", "prompt must be a string or a non-empty array of strings", "invalid_type")
+    try:
+        limits_.prompt_size([len(p) for p in prompts], "prompt")
+    except limits_.OverLimit as exc:
+        raise over_limit(exc) from None
     if len(prompts) * n > limits.max_n * 4:
         raise bad_field("prompt", f"at most {limits.max_n * 4} choices (prompts × n) in one request")
     fmt = parse_response_format(body)

@@ -12,13 +12,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llmrun.api.errors import bad_field
+from llmrun.api import limits
+from llmrun.api.errors import bad_field, over_limit
 from llmrun.errors import InvalidParameter
 from llmrun.prompt.template import ToolCall
-from llmrun.structured.formats import MAX_SOURCE, Format, from_schema, response_format
+from llmrun.structured.formats import Format, from_schema, response_format
 from llmrun.structured.tools import Tool, ToolUse
 
-MAX_TOOLS = 128
 JSON_OBJECT = from_schema({"type": "object"})  # OpenAI's json_object mode answers an object
 
 
@@ -43,12 +43,15 @@ def parse_tools(body: dict[str, Any]) -> ToolUse | None:
         if choice not in (None, "none"):
             raise bad_field("tool_choice", "tool_choice needs tools")
         return None
-    if not isinstance(raw, list) or not raw or len(raw) > MAX_TOOLS:
-        raise bad_field("tools", f"tools must be an array of 1 to {MAX_TOOLS} tools", "invalid_type")
-    tools = tuple(_tool(value, f"tools[{i}]") for i, value in enumerate(raw))
-    names = [t.name for t in tools]
-    if len(set(names)) != len(names):
-        raise bad_field("tools", "each tool needs its own name")
+    if not isinstance(raw, list):
+        raise bad_field("tools", f"tools must be an array of 1 to {limits.MAX_TOOLS} tools", "invalid_type")
+    try:
+        limits.tool_count(len(raw))
+        tools = tuple(_tool(value, f"tools[{i}]") for i, value in enumerate(raw))
+        names = [t.name for t in tools]
+        limits.tool_names(names)
+    except limits.OverLimit as exc:
+        raise over_limit(exc) from None
     if choice in (None, "auto"):
         return ToolUse(tools, "auto", parallel=parallel)
     if choice == "none":
@@ -68,9 +71,7 @@ def _tool(value: Any, where: str) -> Tool:
     extra = set(function) - {"name", "description", "parameters", "strict"}
     if extra:
         raise bad_field(f"{where}.function.{sorted(extra)[0]}", "unknown field of a function", "unknown_parameter")
-    name = function.get("name")
-    if not isinstance(name, str) or not name or len(name) > 64 or not all(c.isalnum() or c in "_-" for c in name):
-        raise bad_field(f"{where}.function.name", "a function name is 1 to 64 letters, digits, _ or -")
+    name = limits.tool_name(function.get("name"), f"{where}.function.name")
     description = function.get("description", "")
     if not isinstance(description, str):
         raise bad_field(f"{where}.function.description", "description must be a string", "invalid_type")
@@ -78,8 +79,7 @@ def _tool(value: Any, where: str) -> Tool:
     if not isinstance(parameters, dict):
         raise bad_field(f"{where}.function.parameters", "parameters must be a JSON Schema object", "invalid_type")
     text = json.dumps(parameters, ensure_ascii=False)
-    if len(text) > MAX_SOURCE:
-        raise bad_field(f"{where}.function.parameters", f"parameters must be under {MAX_SOURCE} bytes")
+    limits.schema_size(text, f"{where}.function.parameters")
     return Tool(name, description, text)
 
 

@@ -233,6 +233,8 @@ class Backend(Protocol):
 class ReadsTokens(Protocol):
     """An embedding model that also takes token ids (OpenAI's ``input`` as token arrays): it spells them back."""
 
+    vocab_size: int  # ids run from 0 to vocab_size - 1
+
     def detokenize(self, ids: Sequence[int]) -> str: ...
 
 

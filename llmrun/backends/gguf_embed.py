@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmrun.backends.gguf import _route_llama_logs
-from llmrun.errors import BackendError
+from llmrun.errors import BackendError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,12 +24,20 @@ class GgufEmbedder:
         self.path = path
         self.dimension = int(llama.n_embd())
         self.max_tokens = int(llama.n_batch) - SPECIAL_TOKENS
+        self.vocab_size = int(llama.n_vocab())
 
     def count(self, text: str) -> int:
         return len(self._llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        """Token ids of this model's vocabulary as text (the server's token-array input)."""
+        """Token ids of this model's vocabulary as text (the server's token-array input). An id outside the
+        vocabulary is a UsageError: llama.cpp would abort the process on it (llama.cpp issue 12178)."""
+        bad = next((i for i, token in enumerate(ids) if not 0 <= token < self.vocab_size), None)
+        if bad is not None:
+            raise UsageError(
+                f"token id {ids[bad]} (at {bad}) is not in the model's vocabulary of {self.vocab_size}",
+                f"send ids from 0 to {self.vocab_size - 1}",
+            )
         return bytes(self._llama.detokenize(list(ids))).decode("utf-8", "replace")
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -71,7 +71,8 @@ def serve(
         str | None,
         typer.Option(
             "--api-key",
-            help=f"Require this key (Authorization: Bearer KEY). Also ${KEY_ENV}.",
+            help=f"Require this key (Authorization: Bearer KEY). It shows in the process list: prefer "
+            f"--api-key-file or ${KEY_ENV}.",
             rich_help_panel=SERVER,
             show_default=False,
         ),
@@ -86,7 +87,24 @@ def serve(
     ] = False,
     cors_origin: Annotated[
         list[str] | None,
-        typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).", show_default=False),
+        typer.Option(
+            "--cors-origin",
+            help="Answer web pages of this origin (http://HOST:PORT; repeatable; '*': every page on the web). "
+            "Default: only the server's own page.",
+            rich_help_panel=SERVER,
+            show_default=False,
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="Answer requests sent to this host name too (repeatable; '*': any). Default on a loopback bind: "
+            "localhost, *.localhost and loopback addresses only (a DNS-rebinding page is refused).",
+            rich_help_panel=SERVER,
+            show_default=False,
+        ),
     ] = None,
     keep_alive: Annotated[
         str,
@@ -95,6 +113,15 @@ def serve(
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests waiting per model before 503.", rich_help_panel=SERVER)
     ] = 64,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="Connections and requests at once before 503.",
+            rich_help_panel=SERVER,
+        ),
+    ] = 256,
     max_tokens: Annotated[
         int,
         typer.Option(
@@ -208,6 +235,10 @@ def serve(
     from llmrun.server.state import ServerConfig
 
     key = _api_key(api_key, api_key_file)
+    if api_key is not None:
+        from llmrun.cli import render
+
+        render.warn(f"--api-key shows in the process list (ps): pass the key with --api-key-file or ${KEY_ENV}")
     if no_ui and open_page:
         raise UsageError("--open opens the web page, and --no-ui turns it off", "drop one of them")
     if not is_loopback(host) and key is None and not no_auth:
@@ -228,10 +259,12 @@ def serve(
         api_key=key,
         keep_alive=_duration(keep_alive),
         max_queue=max_queue,
+        max_connections=max_connections,
         max_tokens=max_tokens,
         request_timeout=request_timeout or None,
         allow_pull=allow_pull,
-        cors_origins=tuple(cors_origin or ()),
+        cors_origins=tuple(o.rstrip("/") for o in cors_origin or ()),
+        allowed_hosts=tuple(allowed_host or ()) if allowed_host or is_loopback(host) else None,
         force=force,
         cache_prompts=not no_prompt_cache,
         template=o.template_choice(template),
@@ -353,6 +386,8 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool, open_pa
         render.note(f"serving {s.name}: {s.n_ctx} tokens per request, {how}{drafting}")
     if warn_open:
         render.warn(f"serving on {host} without an API key (--no-auth): anyone who can reach it can use it")
+    if "*" in config.cors_origins and config.api_key is None:
+        render.warn("--cors-origin '*' without an API key: every web page you open can use this server")
     base = f"http://{_shown_host(host)}:{port}"
     render.note(f"listening on {base}/v1 (OpenAI) and {base}/api (Ollama) (Ctrl-C stops)")
     if config.ui:

@@ -63,23 +63,37 @@ class Engine:
         self._template = template
         self._loader = loader or load
         self._entries: dict[str, LoadedEntry] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the table only: held for lookups, never through a load
+        self._loading: dict[str, threading.Lock] = {}  # a lock per name being loaded
 
     # --- model lifetime ------------------------------------------------------------
     def load(self, run_plan: RunPlan) -> LoadedEntry:
         """The loaded model for a plan (loaded now unless it already is)."""
+        name = run_plan.model.name
         with self._lock:
-            entry = self._entries.get(run_plan.model.name)
+            entry = self._entries.get(name)
             if entry is not None:
                 entry.last_used = time.monotonic()
                 return entry
-            started = time.perf_counter()
-            model = self._loader(run_plan)
-            entry = LoadedEntry(
-                run_plan, model, choose_template(run_plan, self._template), time.perf_counter() - started
-            )
-            self._entries[run_plan.model.name] = entry
-            return entry
+            loading = self._loading.setdefault(name, threading.Lock())
+        with loading:  # one load per name at a time; other names load meanwhile, and nothing waits on _lock
+            with self._lock:
+                entry = self._entries.get(name)
+            if entry is not None:
+                return entry
+            try:
+                started = time.perf_counter()
+                model = self._loader(run_plan)
+                entry = LoadedEntry(
+                    run_plan, model, choose_template(run_plan, self._template), time.perf_counter() - started
+                )
+                with self._lock:
+                    self._entries[name] = entry
+                return entry
+            finally:
+                with self._lock:
+                    if self._loading.get(name) is loading:
+                        del self._loading[name]
 
     def loaded(self) -> list[LoadedEntry]:
         with self._lock:

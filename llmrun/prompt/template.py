@@ -25,7 +25,7 @@ from typing import Any
 
 from llmrun.errors import TemplateError
 
-MAX_OUTPUT_CHARS = 1_000_000
+MAX_OUTPUT_CHARS = 1_000_000  # the template's own text, beyond twice the messages' (which api/limits.py bounds)
 MAX_RENDER_SECONDS = 2.0
 PLAIN_PROMPT = "pass the prompt as plain text (`raw`)"  # the hint for a template that cannot be used
 MARK_START, MARK_END = "\U000f1000", "\U000f1001"  # private use: around a special-token string in user text
@@ -234,6 +234,8 @@ def render_text(
         last = messages[-1]
         messages = [*messages[:-1], _replace_content(last, last.content + _CONTINUE_TAG)]
     values = context.values(messages, transform)
+    given = sum(len(m.content) + len(m.reasoning or "") for m in messages)
+    budget = MAX_OUTPUT_CHARS + 2 * given  # the template's own text, and the messages at most twice
     try:
         compiled = _compiled(template)
         started = time.monotonic()
@@ -241,9 +243,9 @@ def render_text(
         size = 0
         for chunk in compiled.generate(**values):
             size += len(chunk)
-            if size > MAX_OUTPUT_CHARS:
+            if size > budget:
                 raise TemplateError(
-                    f"the chat template produced more than {MAX_OUTPUT_CHARS:,} characters",
+                    f"the chat template produced more than {budget:,} characters from {given:,} characters of messages",
                     "the template is broken or hostile; " + PLAIN_PROMPT,
                 )
             if time.monotonic() - started > MAX_RENDER_SECONDS:
@@ -338,6 +340,9 @@ def pieces(marked: str) -> list[Segment]:
     return segments
 
 
+MAX_ALIGNED_CHARS = 20_000  # the most characters aligned character by character in one place (quadratic)
+
+
 def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]:
     """``text`` (the real rendering) split into the template's text and the special-token strings
     users wrote, told apart by ``marked`` (the rendering of marked values).
@@ -346,7 +351,7 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
     meets a marker before the whitespace), so the two renderings are aligned rather than
     required equal: each marked string must fall where they agree. A special-token string of
     ``text`` where they disagree cannot be attributed and is refused."""
-    import difflib
+    import bisect
 
     segments = pieces(marked)
     unmarked = "".join(s.text for s in segments)
@@ -357,16 +362,25 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
         at += len(segment.text)
     if unmarked == text:
         return segments
-    blocks = difflib.SequenceMatcher(None, text, unmarked, autojunk=False).get_matching_blocks()
+    blocks = matching_blocks(text, unmarked)
+    starts_b = [b for _, b, _ in blocks]
+    starts_a = [a for a, _, _ in blocks]
+
+    def block_at(starts: list[int], position: int) -> tuple[int, int, int] | None:
+        index = bisect.bisect_right(starts, position) - 1
+        return blocks[index] if index >= 0 else None
+
     plain: list[tuple[int, int]] = []
     for start, end in spans:
-        block = next((b for b in blocks if b.b <= start and end <= b.b + b.size), None)
-        if block is None:
+        block = block_at(starts_b, start)
+        if block is None or not (block[1] <= start and end <= block[1] + block[2]):
             raise _unattributable(unmarked[start:end])
-        plain.append((start - block.b + block.a, end - block.b + block.a))
+        plain.append((start - block[1] + block[0], end - block[1] + block[0]))
+    kept = set(plain)
     for match in pattern.finditer(text):
-        inside = any(b.a <= match.start() and match.end() <= b.a + b.size for b in blocks)
-        if not inside and (match.start(), match.end()) not in plain:
+        block = block_at(starts_a, match.start())
+        inside = block is not None and block[0] <= match.start() and match.end() <= block[0] + block[2]
+        if not inside and (match.start(), match.end()) not in kept:
             raise _unattributable(match.group(0))
     result: list[Segment] = []
     position = 0
@@ -378,6 +392,70 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
     if position < len(text):
         result.append(Segment(text[position:], True))
     return result
+
+
+def matching_blocks(a: str, b: str) -> list[tuple[int, int, int]]:
+    """Where ``a`` and ``b`` agree, as (start in a, start in b, length), in order; in time about linear in
+    their length when they differ in few places: the common beginning and end are cut off, the rest is
+    aligned line by line, and only lines that differ are aligned character by character (at most
+    :data:`MAX_ALIGNED_CHARS` in one place: more is a TemplateError, not minutes of work)."""
+    import difflib
+
+    head = _agree(a, b, len(a), len(b), lambda s, n: s[:n])
+    tail = _agree(a, b, len(a) - head, len(b) - head, lambda s, n: s[len(s) - n :])
+    blocks = [(0, 0, head)] if head else []
+    middle_a, middle_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    lines_a, lines_b = middle_a.splitlines(keepends=True), middle_b.splitlines(keepends=True)
+    offsets_a, offsets_b = _offsets(lines_a), _offsets(lines_b)
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, lines_a, lines_b, autojunk=False).get_opcodes():
+        start_a, start_b = head + offsets_a[i1], head + offsets_b[j1]
+        if op == "equal":
+            blocks.append((start_a, start_b, offsets_a[i2] - offsets_a[i1]))
+            continue
+        part_a, part_b = middle_a[offsets_a[i1] : offsets_a[i2]], middle_b[offsets_b[j1] : offsets_b[j2]]
+        if len(part_a) + len(part_b) > MAX_ALIGNED_CHARS:
+            raise TemplateError(
+                "the chat template changes the messages' text around special-token strings over "
+                f"{len(part_a) + len(part_b):,} characters in one place",
+                "remove the special-token strings from the messages, or send shorter messages",
+            )
+        matcher = difflib.SequenceMatcher(None, part_a, part_b, autojunk=False)
+        blocks += [(start_a + m.a, start_b + m.b, m.size) for m in matcher.get_matching_blocks() if m.size]
+    if tail:
+        blocks.append((len(a) - tail, len(b) - tail, tail))
+    return _merged(blocks)
+
+
+def _agree(a: str, b: str, room_a: int, room_b: int, part: Callable[[str, int], str]) -> int:
+    """How many characters ``a`` and ``b`` share at one end (``part(s, n)``: that end's n characters), at
+    most ``room_a`` and ``room_b``: a binary search over slices compared in C."""
+    low, high = 0, min(room_a, room_b)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if part(a, middle) == part(b, middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _offsets(lines: list[str]) -> list[int]:
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    return offsets
+
+
+def _merged(blocks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Adjacent blocks joined (a marked string can straddle two of them)."""
+    merged: list[tuple[int, int, int]] = []
+    for a, b, size in blocks:
+        if merged and merged[-1][0] + merged[-1][2] == a and merged[-1][1] + merged[-1][2] == b:
+            last = merged.pop()
+            merged.append((last[0], last[1], last[2] + size))
+        else:
+            merged.append((a, b, size))
+    return merged
 
 
 def _unattributable(token: str) -> TemplateError:

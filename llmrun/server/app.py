@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmrun import __version__
 from llmrun.api.errors import ApiError
 from llmrun.server import look_routes, ollama_routes, openai_routes, web
+from llmrun.server.errors import error_response
+from llmrun.server.guard import Guard, Policy
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import ServerConfig, ServerState
+from llmrun.server.state import ServerState
 
 log = logging.getLogger("llmrun.server")
-OPEN_PATHS = ("/health",)  # answered without a key (load balancers, probes)
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -55,11 +54,13 @@ def create_app(state: ServerState) -> FastAPI:
             allow_headers=["Authorization", "Content-Type"],
         )
 
-    app.add_middleware(Guard, config=state.config, metrics=metrics)  # outermost: before CORS and the routes
+    config = state.config
+    policy = Policy(config.api_key, config.allowed_hosts, config.cors_origins, config.max_body_bytes, config.ui)
+    app.add_middleware(Guard, policy=policy, metrics=metrics, known=KNOWN)  # outermost: before CORS and the routes
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
-        return _error_response(exc, request.url.path)
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def no_route(request: Request, exc: StarletteHTTPException) -> Response:
@@ -68,13 +69,13 @@ def create_app(state: ServerState) -> FastAPI:
         code = "not_found" if exc.status_code == 404 else "method_not_allowed"
         where = f"{message}: {request.method} {request.url.path}"
         error = ApiError(exc.status_code, where, code=code, headers=dict(exc.headers or {}))  # 405 keeps Allow
-        return _error_response(error, request.url.path)
+        return error_response(error, request.url.path)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
         error = ApiError(500, "internal server error (the server log has the details)")
-        return _error_response(error, request.url.path)
+        return error_response(error, request.url.path)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -120,81 +121,20 @@ async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
             log.info("unloaded %s (idle past --keep-alive)", name)
 
 
-KNOWN = {
-    "/health",
-    "/metrics",
-    "/openapi.json",
-    "/v1/models",
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    look_routes.PATH,
-    "/",
-}
-KNOWN |= {
-    f"/api/{name}" for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings", "pull")
-}
-
-
-# --- request plumbing ------------------------------------------------------------------
-
-
-class Guard:
-    """Every request: the key and the body's size checked before anything runs, and counted by endpoint
-    and status. A plain ASGI middleware, not Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``):
-    through that one a route never sees its client go away (``Request.is_disconnected`` stays False,
-    starlette discussion 2094), so a request nobody waits for would keep its slot."""
-
-    def __init__(self, app: ASGIApp, config: ServerConfig, metrics: Metrics) -> None:
-        self.app = app
-        self.config = config
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        endpoint = request.url.path
-        status = 500  # unless a response starts
-
-        async def counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            try:
-                if not (self.config.ui and web.is_page_path(endpoint)):  # the page asks for the key itself
-                    _authorize(request, self.config.api_key)
-                _check_length(request, self.config.max_body_bytes)
-            except ApiError as exc:
-                await _error_response(exc, endpoint)(scope, receive, counted)
-                return
-            await self.app(scope, receive, counted)
-        finally:
-            self.metrics.requests.labels(endpoint if endpoint in KNOWN else "other", str(status)).inc()
-
-
-def _authorize(request: Request, key: str | None) -> None:
-    if key is None or request.url.path in OPEN_PATHS or request.method == "OPTIONS":
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "missing API key: send Authorization: Bearer KEY", code="missing_api_key")
-    if not hmac.compare_digest(given.strip().encode(), key.encode()):
-        raise ApiError(401, "incorrect API key", code="invalid_api_key")
-
-
-def _check_length(request: Request, limit: int) -> None:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
-
-
-def _error_response(exc: ApiError, path: str = "") -> JSONResponse:
-    """The error in the API's own shape: OpenAI's, or Ollama's ``{"error": "…"}`` under /api/."""
-    body = {"error": exc.message} if path.startswith("/api/") else exc.body()
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+KNOWN = frozenset(
+    {
+        "/health",
+        "/metrics",
+        "/openapi.json",
+        "/v1/models",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        look_routes.PATH,
+        "/",
+        *(
+            f"/api/{name}"
+            for name in ("version", "tags", "ps", "show", "generate", "chat", "embed", "embeddings", "pull")
+        ),
+    }
+)

@@ -6,19 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
-from starlette.concurrency import run_in_threadpool
 
 from llmrun.api import openai as api
 from llmrun.api.errors import ApiError, explain, worded
 from llmrun.backends.base import ReadsTokens
 from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut
-from llmrun.errors import ContextFull, InsufficientMemory, LlmrunError, ModelNotFound, ShuttingDown, UsageError
+from llmrun.errors import (
+    ContextFull,
+    InsufficientMemory,
+    LlmrunError,
+    ModelNotFound,
+    ShuttingDown,
+    TemplateError,
+    UsageError,
+)
 from llmrun.remote.proxy import ProxyTicket
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Embedding, Served, ServerState
@@ -63,7 +71,7 @@ async def served_model(state: ServerState, body: Any) -> Served:
         raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
     wrong_kind(state, name, embedding=False)
     try:
-        return await run_in_threadpool(state.get, name)
+        return await state.loading.run(state.get, name)
     except LlmrunError as exc:
         raise model_error(state, name, exc) from None
 
@@ -76,11 +84,16 @@ def sees_images(served: Served) -> bool:
     return isinstance(model, SeesImages) and model.sees_images
 
 
-def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Event]], list[Handle]]:
-    """Every request of the call into the model's scheduler; events come back tagged with their choice."""
+async def submit(
+    state: ServerState, served: Served, call: api.Call
+) -> tuple[asyncio.Queue[tuple[int, Event]], list[Handle]]:
+    """Every request of the call into the model's scheduler, in a worker thread (rendering, tokenizing,
+    reading images and compiling grammars happen there, never on the event loop); events come back
+    tagged with their choice. Requests whose caller is gone before they are queued are cancelled."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
     tickets: list[Handle] = []
+    abandoned = threading.Event()
 
     def sink_for(index: int) -> Callable[[Event], None]:
         def sink(event: Event) -> None:
@@ -89,17 +102,28 @@ def submit(served: Served, call: api.Call) -> tuple[asyncio.Queue[tuple[int, Eve
 
         return sink
 
+    def submit_all() -> None:
+        try:
+            for index, request in enumerate(call.requests):
+                tickets.append(served.scheduler.submit(request, sink_for(index)))
+                if abandoned.is_set():
+                    raise ClientGone
+        except BaseException:
+            cancel(tickets)
+            raise
+
     try:
-        for index, request in enumerate(call.requests):
-            tickets.append(served.scheduler.submit(request, sink_for(index)))
+        await state.preparing.run(submit_all)
     except QueueFull as exc:
-        cancel(tickets)
         raise ApiError(
             503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
         ) from None
     except LlmrunError as exc:
-        cancel(tickets)
         raise request_error(exc, call) from None
+    except BaseException:  # cancelled while the thread prepares: it cancels what it queues from now on
+        abandoned.set()
+        cancel(tickets)
+        raise
     return queue, tickets
 
 
@@ -119,6 +143,8 @@ def request_error(exc: LlmrunError, call: api.Call) -> ApiError:
         return ApiError(503, explain(exc), code="shutting_down")
     if isinstance(exc, TimedOut):
         return ApiError(503, explain(exc), code="request_timeout")
+    if isinstance(exc, TemplateError):  # the model's template refuses these messages (roles out of order, …)
+        return ApiError(400, explain(exc), param=prompt, code="invalid_request")
     if isinstance(exc, ContextFull):
         return ApiError(400, explain(exc), param=prompt, code="context_length_exceeded")
     if isinstance(exc, UsageError):
@@ -187,6 +213,13 @@ def embed_inputs(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, in
             if isinstance(item, tuple):
                 if not isinstance(embedder, ReadsTokens):
                     raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
+                bad = next((j for j, token in enumerate(item) if token >= embedder.vocab_size), None)
+                if bad is not None:
+                    message = (
+                        f"input[{i}][{bad}] is token id {item[bad]}, which is not in {embedding.name}'s vocabulary "
+                        f"(ids 0 to {embedder.vocab_size - 1})"
+                    )
+                    raise ApiError(400, message, param=f"input[{i}][{bad}]", code="invalid_token")
                 item = embedder.detokenize(item)
             texts.append(item)
         counts = [embedder.count(text) for text in texts]

@@ -4,7 +4,8 @@ The body names a served model and a conversation (``messages``, as in chat compl
 ``prompt``; the answer is ``llmrun look --json``'s report of one forward pass over the prompt the
 model reads for it (the chat template applied, as a chat completion would). The capture runs on an
 instance of the model of its own (the weights are mapped, not copied): the served instance's context
-stays with its scheduler. One look runs at a time.
+stays with its scheduler. One look runs at a time: another asked for meanwhile is a 503 with
+``Retry-After`` (never a thread waiting in line: the threads are every request's).
 """
 
 from __future__ import annotations
@@ -35,10 +36,16 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         asked, top = parse(body, state)
         served = await jobs.served_model(state, body)
+        if not _one_at_a_time.acquire(blocking=False):
+            raise ApiError(
+                503, "a look is already running; retry in a moment", code="server_busy", headers={"Retry-After": "5"}
+            )
         try:
             return await run_in_threadpool(report, served, asked, top)
         except LlmrunError as exc:
             raise ApiError(400, exc.message, code="invalid_request") from None
+        finally:
+            _one_at_a_time.release()
 
 
 def parse(body: Any, state: ServerState) -> tuple[EngineRequest, int]:
@@ -75,17 +82,16 @@ def report(served: Served, asked: EngineRequest, top: int) -> dict[str, Any]:
         raise ApiError(400, f"{served.name} runs on a remote engine: its forward pass cannot be looked into here")
     entry = served.scheduler.entry
     plan = entry.plan
-    with _one_at_a_time:
-        model = backends.get(plan.backend).load(plan.model.path, plan.load)
-        try:
-            ids = request_ids(model, entry.templates, asked).ids
-            if len(ids) > MAX_TOKENS:
-                raise ApiError(
-                    400,
-                    f"the prompt is {len(ids)} tokens; the page looks inside prompts of up to {MAX_TOKENS} "
-                    "(llmrun look takes longer ones)",
-                    code="prompt_too_long",
-                )
-            return to_json(look(model, served.name, ids, top=top), partial(piece_text, model))
-        finally:
-            model.close()
+    model = backends.get(plan.backend).load(plan.model.path, plan.load)
+    try:
+        ids = request_ids(model, entry.templates, asked).ids
+        if len(ids) > MAX_TOKENS:
+            raise ApiError(
+                400,
+                f"the prompt is {len(ids)} tokens; the page looks inside prompts of up to {MAX_TOKENS} "
+                "(llmrun look takes longer ones)",
+                code="prompt_too_long",
+            )
+        return to_json(look(model, served.name, ids, top=top), partial(piece_text, model))
+    finally:
+        model.close()

@@ -14,7 +14,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from llmrun.api import ollama
 from llmrun.api import openai as api
@@ -70,7 +69,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         call = ollama.parse_generate(body, served.defaults, state.limits(served).max_tokens)
         if call.request.prompt == "":  # Ollama: an empty prompt loads the model and answers at once
             return JSONResponse({**_head(served), "response": "", "done": True, "done_reason": "load"})
-        return await _answer(request, served, call, metrics, started, chat=False)
+        return await _answer(request, state, served, call, metrics, started, chat=False)
 
     @app.post("/api/chat")
     async def chat(request: Request) -> Response:
@@ -78,7 +77,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await _served(state, body)
         call = ollama.parse_chat(body, served.defaults, state.limits(served).max_tokens)
-        return await _answer(request, served, call, metrics, started, chat=True)
+        return await _answer(request, state, served, call, metrics, started, chat=True)
 
     @app.post("/api/pull")
     async def pull(request: Request) -> Response:
@@ -87,7 +86,9 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         if not state.config.allow_pull:
             raise ollama.OllamaError(403, "pulling is off on this server: its operator can start it with --allow-pull")
         stream = body.get("stream", True)
-        statuses = _pulled(state, name.strip())
+        if not _pulling.acquire(blocking=False):
+            raise ollama.OllamaError(409, "a pull is already running on this server; retry when it has finished")
+        statuses = _pulled(state, name.strip(), _pulling)
         if stream is not False:
             return StreamingResponse(statuses, media_type="application/x-ndjson")
         last: dict[str, Any] = {}
@@ -107,8 +108,12 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         return await _embed(state, body, [body.get("prompt") if isinstance(body, dict) else None], legacy=True)
 
 
-async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
-    """llmrun's verified pull of ``name`` (an alias or a Hub name), its progress as Ollama reports it."""
+_pulling = threading.Lock()  # one pull at a time: each one holds a thread and the network
+
+
+def _pulled(state: ServerState, name: str, held: threading.Lock) -> AsyncIterator[str]:
+    """llmrun's verified pull of ``name`` (an alias or a Hub name), started now in a thread of its own; its
+    progress as Ollama reports it. ``held`` is released when the pull ends (the client gone or not)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -143,11 +148,16 @@ async def _pulled(state: ServerState, name: str) -> AsyncIterator[str]:
             log.exception("pull failed")
             put({"error": f"the pull failed: {exc}"})
         finally:
+            held.release()
             put(None)
 
     put({"status": "pulling manifest"})
     worker = threading.Thread(target=work, name=f"llmrun pull {name}", daemon=True)
     worker.start()
+    return _lines_of(queue)
+
+
+async def _lines_of(queue: Any) -> AsyncIterator[str]:
     while (item := await queue.get()) is not None:
         yield json.dumps(item) + "\n"
 
@@ -158,12 +168,19 @@ async def _served(state: ServerState, body: Any) -> Served:
 
 
 async def _answer(
-    request: Request, served: Served, call: ollama.OllamaCall, metrics: Metrics, started: float, *, chat: bool
+    request: Request,
+    state: ServerState,
+    served: Served,
+    call: ollama.OllamaCall,
+    metrics: Metrics,
+    started: float,
+    *,
+    chat: bool,
 ) -> Response:
     """``started``: when the request came; the time until now went to finding (or loading) the model."""
     load_s = time.monotonic() - started
     engine_call = api.Call(call.model, (call.request,), call.stream, False, None)
-    queue, tickets = jobs.submit(served, engine_call)
+    queue, tickets = await jobs.submit(state, served, engine_call)
     if call.stream:
         lines = _lines(queue, tickets, served, engine_call, metrics, started, load_s, chat=chat)
         return StreamingResponse(lines, media_type="application/x-ndjson")
@@ -288,7 +305,7 @@ def _show(served: Served | None) -> dict[str, Any]:
     parameters = [f"temperature {params.temperature}", f"top_k {params.top_k}", f"top_p {params.top_p}"]
     parameters += [f'stop "{s}"' for s in params.stop]
     return {
-        "modelfile": f"FROM {plan.model.path}\n",
+        "modelfile": f"FROM {plan.model.path.name}\n",  # (its file's name: a client never sees where it lies)
         "parameters": "\n".join(parameters),
         "template": served.scheduler.entry.templates.conversation,
         "details": _details(served),
@@ -309,11 +326,11 @@ async def _embed(state: ServerState, body: Any, inputs: list[Any], *, legacy: bo
         raise ollama.OllamaError(400, f"{field} must be a non-empty string or a list of them")
     started = time.monotonic()
     try:
-        embedding = await run_in_threadpool(state.get_embedding, name)
+        embedding = await state.loading.run(state.get_embedding, name)
     except LlmrunError as exc:
         raise jobs.model_error(state, name, exc) from None
     call = api.EmbeddingCall(name, tuple(inputs), False, None)
-    vectors, tokens = await run_in_threadpool(jobs.embed_inputs, embedding, call)
+    vectors, tokens = await state.embedding.run(jobs.embed_inputs, embedding, call)
     lists = [[float(x) for x in vector] for vector in vectors]
     if legacy:
         return JSONResponse({"embedding": lists[0]})

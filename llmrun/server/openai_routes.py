@@ -18,7 +18,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from llmrun import __version__
 from llmrun.api import openai as api
@@ -49,13 +48,14 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     async def text(request: Request, *, chat: bool) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         served = await jobs.served_model(state, body)
-        if chat and state.config.image_urls is not None:
-            from llmrun.server.image_urls import fetch_images
-
-            body = await fetch_images(body, state.config.image_urls, served.name, jobs.sees_images(served))
         parse = api.parse_chat if chat else api.parse_completion
+        if chat and state.config.image_urls is not None:
+            from llmrun.server.image_urls import fetch_images, with_placeholders
+
+            parse(with_placeholders(body), served.defaults, state.limits(served))  # the whole body checked first
+            body = await fetch_images(body, state.config.image_urls, served.name, jobs.sees_images(served))
         call = parse(body, served.defaults, state.limits(served))
-        return await _complete(request, served, call, metrics, chat=chat)
+        return await _complete(request, state, served, call, metrics, chat=chat)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -71,13 +71,13 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         call = api.parse_embeddings(body)
         jobs.wrong_kind(state, call.model, embedding=True)
         try:
-            embedding = await run_in_threadpool(state.get_embedding, call.model)
+            embedding = await state.loading.run(state.get_embedding, call.model)
         except LlmrunError as exc:
             raise jobs.model_error(state, call.model, exc) from None
         if call.dimensions is not None and call.dimensions != embedding.embedder.dimension:
             message = f"{embedding.name} makes {embedding.embedder.dimension}-dimension vectors; it cannot make others"
             raise ApiError(400, message, param="dimensions", code="unsupported_value")
-        vectors, tokens = await run_in_threadpool(jobs.embed_inputs, embedding, call)
+        vectors, tokens = await state.embedding.run(jobs.embed_inputs, embedding, call)
         return JSONResponse(
             {
                 "object": "list",
@@ -92,9 +92,11 @@ def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun"}
 
 
-async def _complete(request: Request, served: Served, call: api.Call, metrics: Metrics, *, chat: bool) -> Response:
+async def _complete(
+    request: Request, state: ServerState, served: Served, call: api.Call, metrics: Metrics, *, chat: bool
+) -> Response:
     started = time.monotonic()
-    queue, tickets = jobs.submit(served, call)
+    queue, tickets = await jobs.submit(state, served, call)
     ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     head = {"id": ident, "created": int(time.time()), "model": served.name, "system_fingerprint": FINGERPRINT}
     if call.stream:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llmrun.api.openai import MAX_STOP, MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
+from llmrun.api.limits import MAX_STOP
+from llmrun.api.openai import MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
 from llmrun.decoding.sampling import MAX_SEED
 from llmrun.prompt.template import OWN_VARIABLES
 

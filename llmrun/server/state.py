@@ -11,19 +11,21 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llmrun.api import openai as api
 from llmrun.api.errors import worded
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import Engine
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import LlmrunError, ModelNotFound
+from llmrun.errors import LlmrunError, ModelNotFound, UsageError
 from llmrun.models.refs import ModelRef
 from llmrun.remote.model import RemoteModel
 from llmrun.remote.proxy import RemoteProxy
+from llmrun.server.workers import Workers
 
 if TYPE_CHECKING:
     from llmrun.backends.base import Embedder
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from llmrun.server.image_urls import UrlPolicy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +47,14 @@ class ServerConfig:
     api_key: str | None = None
     keep_alive: float | None = None  # seconds a model stays loaded after its last request (None: forever)
     max_queue: int = 64  # waiting requests per model before 503
+    max_connections: int = 256  # open connections and requests at once before 503 (uvicorn's limit_concurrency)
     max_body_bytes: int = 4 * 1024 * 1024
     max_n: int = 8
     max_tokens: int = 2048  # an answer's tokens when a request names none, and the most it may name
     request_timeout: float | None = 300.0  # seconds a request may take, waiting included (None: no limit)
     allow_pull: bool = False
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()  # browser origins answered besides the server's own ('*': every one)
+    allowed_hosts: tuple[str, ...] | None = ()  # Host names answered besides loopback ones (None: any name)
     force: bool = False
     cache_prompts: bool = True  # keep finished requests' KV cells for the next request sharing their prefix
     template: tuple[str, str] | None = None  # --template: the chat template every model uses, and its source
@@ -98,7 +103,13 @@ class ServerState:
         self.engine = Engine(template=config.template)
         self._served: dict[str, Served] = {}  # by every name it answers to
         self._embeddings: dict[str, Embedding] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the tables only: never held through a load
+        self._loading: dict[tuple[int, str], threading.Lock] = {}  # a lock per (table, name) being loaded
+        self._given = public_names(config.models)  # a model given by path: its file name → the path
+        # slow work in worker threads, each kind bounded (past the bound: a 503 with Retry-After)
+        self.loading = Workers("loading models", 8)
+        self.preparing = Workers("being prepared (templates rendered, prompts tokenized, images read)", 32)
+        self.embedding = Workers("waiting for an embedding model", config.max_queue)
         self.closing = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -128,16 +139,36 @@ class ServerState:
 
     def get(self, name: str, *, operator: bool = False) -> Served:
         """The model a client named, loaded on first use (blocking: call from a worker thread).
-        ``operator``: a name from the command line, which may be a path."""
+        ``operator``: a name from the command line, which may be a path. The table's lock is held only
+        to look up and to record: one load per name at a time, other names and every reader meanwhile."""
+        name = self._given.get(name, name)  # a file's name → the path the operator gave
+        return self._loaded(name, operator, self._served, self._load, lambda s: (s.name,))
+
+    def _loaded(
+        self, name: str, operator: bool, table: dict[str, T], load: Callable[[str], T], names: Callable[[T], Any]
+    ) -> T:
         with self._lock:
-            found = self._served.get(name)
+            found = table.get(name)
             if found is not None:
                 return found
             self._check_name(name, operator)
-            served = self._load(name)
-            self._served[name] = served
-            self._served[served.name] = served
-            return served
+            loading = self._loading.setdefault((id(table), name), threading.Lock())
+        try:
+            with loading:
+                with self._lock:
+                    found = table.get(name)
+                if found is not None:
+                    return found
+                made = load(name)
+                with self._lock:
+                    table[name] = made
+                    for other in names(made):
+                        table[other] = made
+                return made
+        finally:
+            with self._lock:
+                if self._loading.get((id(table), name)) is loading:
+                    del self._loading[(id(table), name)]
 
     def _check_name(self, name: str, operator: bool) -> None:
         """A client's name must not be a path or URL; the operator's (-m) may, and stay servable once unloaded."""
@@ -145,9 +176,14 @@ class ServerState:
             _check_client_name(name)
 
     def names(self) -> list[str]:
-        """Every model name this server answers to now or will load: what /v1/models lists."""
+        """Every model name this server answers to now or will load: what /v1/models lists (a model the
+        operator gave by path under its file name: a client never sees where files lie)."""
         loaded = {s.name for s in self.served()} | {e.name for e in self.embeddings()}
-        return sorted(loaded | set(self.config.models))
+        return sorted(loaded | {self.public_name(name) for name in self.config.models})
+
+    def public_name(self, name: str) -> str:
+        """What clients call a model the operator named: a path's file name, else the name itself."""
+        return next((public for public, given in self._given.items() if given == name), name)
 
     def untagged(self, name: str) -> str:
         """``NAME:latest`` for a served ``NAME`` that has no tag: Ollama's clients (Open WebUI among them)
@@ -164,18 +200,16 @@ class ServerState:
 
     def get_embedding(self, name: str, *, operator: bool = False) -> Embedding:
         """The embedding model a client named, loaded on first use (blocking)."""
-        from llmrun.models.registry import load_registry
-        from llmrun.rag.embedding import embedding_model
+        name = self._given.get(name, name)
 
-        with self._lock:
-            found = self._embeddings.get(name)
-            if found is not None:
-                return found
-            self._check_name(name, operator)
+        def load(name: str) -> Embedding:
+            from llmrun.models.registry import load_registry
+            from llmrun.rag.embedding import embedding_model
+
             model = embedding_model(load_registry(), name)
-            loaded = Embedding(model.name, model.open())
-            self._embeddings[name] = self._embeddings[loaded.name] = loaded
-            return loaded
+            return Embedding(self.public_name(name) if name in self._given.values() else model.name, model.open())
+
+        return self._loaded(name, operator, self._embeddings, load, lambda e: (e.name,))
 
     def load_at_start(self) -> list[Served | Embedding]:
         """The models named with -m: text models get a scheduler, embedding models an embedder."""
@@ -222,7 +256,7 @@ class ServerState:
         if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
             entry = self.engine.load(run_plan)
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)
-            return Served(run_plan.model.name, proxy, run_plan.sampling, run_plan.load.n_ctx)
+            return Served(self.public_name(run_plan.model.name), proxy, run_plan.sampling, run_plan.load.n_ctx)
         forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
@@ -237,6 +271,8 @@ class ServerState:
             timeout=config.request_timeout,
         )
         served_as = name if run_plan.model.foreign and not name.startswith(("ollama:", "lmstudio:")) else None
+        if name in self._given.values():
+            served_as = self.public_name(name)
         return Served(served_as or run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
 
     def expire(self, now: float | None = None) -> list[str]:
@@ -245,17 +281,18 @@ class ServerState:
         if keep_alive is None:
             return []
         now = time.monotonic() if now is None else now
-        gone = []
         with self._lock:
-            for served in {id(s): s for s in self._served.values()}.values():
-                scheduler = served.scheduler
-                if scheduler.queued or scheduler.busy or now - scheduler.entry.last_used <= keep_alive:
-                    continue
-                scheduler.close()
-                self.engine.unload(scheduler.entry.name)
-                self._served = {k: v for k, v in self._served.items() if v is not served}
-                gone.append(served.name)
-        return gone
+            idle = [
+                served
+                for served in {id(s): s for s in self._served.values()}.values()
+                if not (served.scheduler.queued or served.scheduler.busy)
+                and now - served.scheduler.entry.last_used > keep_alive
+            ]
+            self._served = {k: v for k, v in self._served.items() if all(v is not s for s in idle)}
+        for served in idle:  # outside the table's lock: requests for other models go on meanwhile
+            served.scheduler.close()
+            self.engine.unload(served.scheduler.entry.name)
+        return [served.name for served in idle]
 
     def close(self) -> None:
         """Stop every scheduler (requests in flight get an error event; the slots' cells go to the KV store),
@@ -276,6 +313,26 @@ class ServerState:
                     embedding.embedder.close()
         finally:
             self._close_done.set()
+
+
+def public_names(models: tuple[str, ...]) -> dict[str, str]:
+    """The operator's models given by path, by the file name clients know them by (``-m ~/m/gemma.gguf``:
+    ``gemma.gguf``); two paths with one file name are a UsageError naming both."""
+    found: dict[str, str] = {}
+    for name in models:
+        if ModelRef.parse(name).kind != "path":
+            continue
+        public = Path(name).expanduser().name or name
+        other = found.get(public)
+        if other is not None and other != name:
+            raise UsageError(
+                f"two models would be served as {public}: {other} and {name}",
+                "serve one of them, or copy one to another file name",
+            )
+        if public in models and public != name:
+            raise UsageError(f"{name} would be served as {public}, which is also a -m name", "rename one of them")
+        found[public] = name
+    return found
 
 
 def _is_embedding(name: str) -> bool:

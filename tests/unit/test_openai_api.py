@@ -68,7 +68,8 @@ def test_roles_and_content_parts() -> None:
         ({"max_tokens": 0}, "max_tokens", 400),
         ({"max_tokens": 5000}, "max_tokens", 400),
         ({"max_tokens": 5, "max_completion_tokens": 5}, "max_tokens", 400),
-        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", 400),
+        ({"stop": [f"s{i}" for i in range(17)]}, "stop", 400),  # the limits every API shares (api/limits.py)
+        ({"stop": ["x" * 1001]}, "stop", 400),
         ({"stream_options": {"include_usage": True}}, "stream_options", 400),
         ({"top_logprobs": 2}, "top_logprobs", 400),
         ({"response_format": {"type": "xml"}}, "response_format.type", 400),
