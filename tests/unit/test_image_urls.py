@@ -16,7 +16,15 @@ import pytest
 
 from llmrun.api.errors import ApiError
 from llmrun.api.images import BadImage, from_url
-from llmrun.server.image_urls import UrlPolicy, address_allowed, fetch, fetch_images, parse_networks
+from llmrun.server.image_urls import (
+    PLACEHOLDER,
+    UrlPolicy,
+    address_allowed,
+    fetch,
+    fetch_images,
+    parse_networks,
+    with_placeholders,
+)
 from tests.support import imagefiles
 
 PNG = imagefiles.png_bytes(32, 24, seed=3)
@@ -49,6 +57,17 @@ LOCAL = UrlPolicy(parse_networks(["127.0.0.1/32"]), timeout_s=1.0, max_bytes=64 
         ("2002:a00:1::", False),  # 6to4 around 10.0.0.1
         ("64:ff9b::a9fe:a9fe", False),  # NAT64 around 169.254.169.254
         ("2001:0:4136:e378:8000:63bf:f5ff:fffe", False),  # Teredo whose client is 10.0.0.1
+        # forms whose is_global answer varies by Python version (3.11.7 calls them global): denied explicitly
+        ("::127.0.0.1", False),  # IPv4-compatible (deprecated)
+        ("::8.8.8.8", False),
+        ("::ffff:0:7f00:1", False),  # IPv4-translated 127.0.0.1
+        ("::ffff:0:808:808", False),  # IPv4-translated 8.8.8.8
+        ("64:ff9b:1::a00:1", False),  # local-use NAT64
+        ("fec0::1", False),  # site-local (deprecated)
+        ("2001:db8::1", False),  # documentation
+        ("100::1", False),  # discard-only
+        ("ff02::1", False),  # multicast
+        ("64:ff9b::808:808", True),  # NAT64 around a public address: public
     ],
 )
 def test_only_public_addresses_are_fetched_from(address: str, allowed: bool) -> None:
@@ -105,6 +124,12 @@ class Files(BaseHTTPRequestHandler):
             if chunk == b"<sleep>":
                 time.sleep(2)
                 continue
+            if chunk == b"<trickle>":  # a byte every 0.2 s for 6 s: no single read ever waits past 1 s
+                for byte in (PNG * 2)[:30]:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                continue
             self.wfile.write(chunk)
 
 
@@ -122,6 +147,7 @@ def files() -> Iterator[str]:
         "/big-declared": (200, {"Content-Length": str(10**9)}, b""),
         "/big": (200, {}, [PNG, b"\0" * 100_000]),
         "/slow": (200, {}, [PNG[:10], b"<sleep>", PNG[10:]]),
+        "/trickle": (200, {}, [b"<trickle>"]),
         "/text": (200, {}, b"<html>not an image</html>"),
         "/bomb": (200, {}, imagefiles.png_header(20_000, 20_000)),
     }
@@ -167,3 +193,49 @@ def test_a_chat_request_gets_data_urls_in_place_of_its_image_urls(files: str) ->
     assert asyncio.run(fetch_images(body(files + "/a.png", "system"), LOCAL, "m", sees_images=True)) == body(
         files + "/a.png", "system"
     )  # not fetched: a system message's image is refused by the request's own parsing
+
+
+def test_the_deadline_holds_against_a_server_that_trickles_bytes(files: str) -> None:
+    """Each read gets a byte within 0.2 s, so a per-read timeout never fires: the socket is shut at the deadline."""
+    started = time.monotonic()
+    with pytest.raises(BadImage, match=re.escape("took over 1 s")):
+        fetch(files + "/trickle", LOCAL)
+    assert time.monotonic() - started < 2.5  # the deadline (1 s), not the 6 s the server would take
+
+
+def image_body(*urls: str, **fields: Any) -> dict[str, Any]:
+    parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return {"model": "m", "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "Hi"}]}], **fields}
+
+
+def test_more_than_eight_urls_are_refused_before_any_fetch(files: str) -> None:
+    hits: list[str] = []
+
+    def counted(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        hits.append(handler.path)
+        return 200, {}, PNG
+
+    Files.routes["/counted.png"] = counted
+    with pytest.raises(ApiError) as caught:
+        asyncio.run(fetch_images(image_body(*[files + "/counted.png"] * 9), LOCAL, "m", sees_images=True))
+    assert caught.value.status == 400 and "at most 8" in caught.value.message
+    assert hits == []
+    fetched = asyncio.run(fetch_images(image_body(*[files + "/counted.png"] * 8), LOCAL, "m", sees_images=True))
+    assert len(hits) == 8 and len(fetched["messages"][0]["content"]) == 9
+
+
+def test_the_body_is_checked_with_placeholders_before_any_fetch(files: str) -> None:
+    """What the server parses before fetching: every URL replaced by a real 1×1 PNG, the rest as sent."""
+    from llmrun.api.openai import Limits, parse_chat
+    from llmrun.decoding.sampling import SamplingParams
+
+    sent = image_body(files + "/a.png", "data:image/png;base64,AAAA", temperature=9)
+    checked = with_placeholders(sent)
+    assert checked["messages"][0]["content"][0]["image_url"]["url"] == PLACEHOLDER
+    assert checked["messages"][0]["content"][1] == sent["messages"][0]["content"][1]  # a data URL stays
+    assert sent["messages"][0]["content"][0]["image_url"]["url"] == files + "/a.png"
+    with pytest.raises(ApiError) as caught:
+        parse_chat(checked, SamplingParams(), Limits(max_tokens=16))
+    assert caught.value.param in ("temperature", "messages[0].content[1].image_url")
+    ok = with_placeholders(image_body(files + "/a.png"))
+    assert parse_chat(ok, SamplingParams(), Limits(max_tokens=16)).requests[0].has_images  # the placeholder reads

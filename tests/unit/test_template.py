@@ -6,6 +6,7 @@ with transformers' own ``render_jinja_template`` on several conversations.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from llmrun.prompt.template import (
     attribute,
     contains,
     mark,
+    matching_blocks,
+    pieces,
     render_text,
     special_pattern,
 )
@@ -393,3 +396,66 @@ def test_str_format_is_the_sandboxed_one() -> None:
 def test_hostile_templates_are_refused_within_limits(template: str) -> None:
     with pytest.raises(TemplateError):
         render_text(template, [Message("user", "hi")])
+
+
+def _reference_attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]:
+    """The alignment as it was first written: difflib character by character over the whole renderings
+    (quadratic: the reference for short prompts only)."""
+    import difflib
+
+    segments = pieces(marked)
+    unmarked = "".join(s.text for s in segments)
+    blocks = difflib.SequenceMatcher(None, text, unmarked, autojunk=False).get_matching_blocks()
+    result, position, at = [], 0, 0
+    for segment in segments:
+        if not segment.special:
+            block = next(b for b in blocks if b.b <= at and at + len(segment.text) <= b.b + b.size)
+            start = at - block.b + block.a
+            if start > position:
+                result.append(Segment(text[position:start], True))
+            result.append(Segment(segment.text, False))
+            position = start + len(segment.text)
+        at += len(segment.text)
+    if position < len(text):
+        result.append(Segment(text[position:], True))
+    return result
+
+
+def long_conversation(turns: int, size: int = 200) -> list[Message]:
+    """An agent's kind of conversation: long turns, earlier reasoning, special-token strings users pasted."""
+    words = " ".join(f"word{i}" for i in range(size))
+    messages = [Message("system", f"You are careful. {words}\n" * 3)]
+    for turn in range(turns):
+        messages.append(Message("user", f"Question {turn}: {words}\nwith <|im_end|> pasted </think> in it\n"))
+        messages.append(Message("assistant", f"<think>\nreasoning {turn} {words}\n</think>\n\nAnswer {turn}."))
+    return [*messages, Message("user", "And <|im_start|>now?")]
+
+
+def test_the_alignment_gives_the_references_segments() -> None:
+    template, pattern = TEMPLATES["qwen3-reasoning"], special_pattern(SPECIALS)
+    assert pattern is not None
+    messages = long_conversation(3)
+    text = render_text(template, messages)
+    marked = render_text(template, messages, transform=lambda v: mark(v, pattern))
+    assert attribute(text, marked, pattern) == _reference_attribute(text, marked, pattern)
+
+
+@pytest.mark.timeout(60)  # character-by-character alignment of these renderings takes hours
+def test_a_long_conversation_is_aligned_in_about_linear_time() -> None:
+    template, pattern = TEMPLATES["qwen3-reasoning"], special_pattern(SPECIALS)
+    assert pattern is not None
+    messages = long_conversation(150, 400)  # about 500,000 characters rendered (earlier reasoning is dropped)
+    text = render_text(template, messages)
+    assert len(text) > 400_000
+    segments = attribute(text, render_text(template, messages, transform=lambda v: mark(v, pattern)), pattern)
+    assert "".join(s.text for s in segments) == text
+    users = [s.text for s in segments if not s.special]
+    assert users.count("<|im_end|>") == 150 and users.count("<|im_start|>") == 1
+
+
+def test_the_renderings_ends_are_cut_before_aligning_what_differs() -> None:
+    a = "x" * 100_000 + "abc" + "y" * 100_000
+    b = "x" * 100_000 + "aXbc" + "y" * 100_000
+    assert matching_blocks(a, b) == [(0, 0, 100_001), (100_001, 100_002, 100_002)]
+    with pytest.raises(TemplateError, match="over 40,000 characters in one place"):
+        matching_blocks("q" * 20_000 + "\n", "r" * 20_000 + "\n")
