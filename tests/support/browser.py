@@ -22,7 +22,7 @@ def _found(*names: str) -> str | None:
 
 
 @contextmanager
-def chromium(width: int = 1400, height: int = 1600) -> Iterator[Any]:
+def chromium(width: int = 1400, height: int = 1600, extra: tuple[str, ...] = ()) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -36,6 +36,7 @@ def chromium(width: int = 1400, height: int = 1600) -> Iterator[Any]:
         "--disable-gpu",
         "--disable-dev-shm-usage",
         f"--window-size={width},{height}",
+        *extra,
     ):
         options.add_argument(argument)
     options.binary_location = browser
