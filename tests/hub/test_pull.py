@@ -356,3 +356,22 @@ def test_a_projector_beside_a_model_in_the_hugging_face_cache_is_used(
     code, out, err = invoke(["show", f"{repo}/gemma-3-270m-Q4_K_M.gguf", "--json"])
     assert code == 0, err
     assert json.loads(out)["mmproj"].endswith("/mmproj-F16.gguf")
+
+
+def test_serve_pulls_one_at_a_time(hub: FakeHub, gemma_cache: Path, smollm: Path, tmp_path: Path) -> None:
+    """`serve --allow-pull`: /api/pull runs one pull at a time; a second while it runs is a 409 in Ollama's shape."""
+    import httpx
+
+    from tests.support import serving
+
+    hub.add("test/slow-GGUF", "gemma-3-270m-Q4_K_M.gguf", gemma_cache, fault="slow")  # about 12 s
+    env = {**serving.hermetic_env(tmp_path / "home"), "HF_ENDPOINT": hub.url}
+    env.pop("HF_HUB_OFFLINE")
+    with serving.running(["-m", str(smollm), "--ctx", "256", "--allow-pull"], env) as (url, _):
+        with httpx.stream("POST", url + "/api/pull", json={"model": "test/slow-GGUF"}, timeout=60) as first:
+            lines = first.iter_lines()
+            assert json.loads(next(lines))["status"] == "pulling manifest"
+            assert "pulling" in json.loads(next(lines)).get("status", "")  # the download is under way
+            second = httpx.post(url + "/api/pull", json={"model": "test/slow-GGUF", "stream": False}, timeout=30)
+            assert second.status_code == 409 and "already running" in second.json()["error"]
+        assert httpx.get(url + "/health").status_code == 200

@@ -40,7 +40,7 @@ def server(
     env["HF_ENDPOINT"] = hub.url  # pulls come from the local Hub test server
     args = ["-m", CHAT, "-m", str(minilm), "--parallel", "2", "--ctx", "1024", "--allow-pull"]
     with serving.running(args, env) as (url, _):
-        yield url, str(minilm)
+        yield url, minilm.name  # served under its file name: a client never sees where files lie
 
 
 @pytest.fixture(scope="module")

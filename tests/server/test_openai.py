@@ -32,9 +32,10 @@ QUESTION = "What is the capital of France?"
 class Server:
     url: str
     process: subprocess.Popen[str]
-    model: str
+    model: str  # as the server lists it: a model given by path is served under its file name
     env: dict[str, str]
     embedder: str
+    path: Path  # the chat model's file, for the CLI
 
     def client(self, **kwargs: Any) -> Any:
         from openai import OpenAI
@@ -54,7 +55,7 @@ def server(smollm: Path, minilm: Path, tmp_path_factory: pytest.TempPathFactory)
     env = serving.hermetic_env(tmp_path_factory.mktemp("serve"))
     args = ["-m", str(smollm), "-m", str(minilm), "--parallel", "4", "--ctx", "1024", "--api-key", KEY]
     with serving.running(args, env) as (url, process):
-        yield Server(url, process, str(smollm), env, str(minilm))
+        yield Server(url, process, smollm.name, env, minilm.name, smollm)
 
 
 def chat(server: Server, **kwargs: Any) -> Any:
@@ -71,7 +72,7 @@ def test_chat_completion_has_openai_fields_and_equals_llmrun_run(server: Server)
     assert choice.finish_reason in ("stop", "length") and choice.message.content
     usage = response.usage
     assert usage.completion_tokens <= 24 and usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-    result = llmrun(["run", "-m", server.model, "-t", "0", "-n", "24", "--json", QUESTION], env=server.env)
+    result = llmrun(["run", "-m", str(server.path), "-t", "0", "-n", "24", "--json", QUESTION], env=server.env)
     assert result.returncode == 0, result.stderr
     expected = json.loads(result.stdout)
     assert choice.message.content == expected["text"]

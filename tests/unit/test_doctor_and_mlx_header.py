@@ -140,6 +140,8 @@ def test_quick_start_and_ci_build_llama_cpp_the_same_way() -> None:
         == {ci.group(1)}
         == {"-DCMAKE_PROJECT_INCLUDE=$PWD/llmrun/cmake/llama-cpp.cmake"}
     )
+    # and both check what pip installed: a wheel from pip's cache ignores CMAKE_ARGS
+    assert all("pip install -e" in line and "&& python scripts/ensure-llama-build.py &&" in line for line in lines)
 
 
 def test_mlx_directory_reads_as_a_header(tmp_path: Path) -> None:
