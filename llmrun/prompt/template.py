@@ -340,9 +340,6 @@ def pieces(marked: str) -> list[Segment]:
     return segments
 
 
-MAX_ALIGNED_CHARS = 20_000  # the most characters aligned character by character in one place (quadratic)
-
-
 def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]:
     """``text`` (the real rendering) split into the template's text and the special-token strings
     users wrote, told apart by ``marked`` (the rendering of marked values).
@@ -353,6 +350,8 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
     ``text`` where they disagree cannot be attributed and is refused."""
     import bisect
 
+    from llmrun.prompt.align import TooFar, matching_blocks
+
     segments = pieces(marked)
     unmarked = "".join(s.text for s in segments)
     spans, at = [], 0
@@ -362,7 +361,14 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
         at += len(segment.text)
     if unmarked == text:
         return segments
-    blocks = matching_blocks(text, unmarked)
+    try:
+        blocks = matching_blocks(text, unmarked)
+    except TooFar as exc:
+        raise TemplateError(
+            f"the chat template changes the messages' text around special-token strings over {exc.size:,} "
+            "characters in one place",
+            "remove the special-token strings from the messages, or send shorter messages",
+        ) from None
     starts_b = [b for _, b, _ in blocks]
     starts_a = [a for a, _, _ in blocks]
 
@@ -392,70 +398,6 @@ def attribute(text: str, marked: str, pattern: re.Pattern[str]) -> list[Segment]
     if position < len(text):
         result.append(Segment(text[position:], True))
     return result
-
-
-def matching_blocks(a: str, b: str) -> list[tuple[int, int, int]]:
-    """Where ``a`` and ``b`` agree, as (start in a, start in b, length), in order; in time about linear in
-    their length when they differ in few places: the common beginning and end are cut off, the rest is
-    aligned line by line, and only lines that differ are aligned character by character (at most
-    :data:`MAX_ALIGNED_CHARS` in one place: more is a TemplateError, not minutes of work)."""
-    import difflib
-
-    head = _agree(a, b, len(a), len(b), lambda s, n: s[:n])
-    tail = _agree(a, b, len(a) - head, len(b) - head, lambda s, n: s[len(s) - n :])
-    blocks = [(0, 0, head)] if head else []
-    middle_a, middle_b = a[head : len(a) - tail], b[head : len(b) - tail]
-    lines_a, lines_b = middle_a.splitlines(keepends=True), middle_b.splitlines(keepends=True)
-    offsets_a, offsets_b = _offsets(lines_a), _offsets(lines_b)
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, lines_a, lines_b, autojunk=False).get_opcodes():
-        start_a, start_b = head + offsets_a[i1], head + offsets_b[j1]
-        if op == "equal":
-            blocks.append((start_a, start_b, offsets_a[i2] - offsets_a[i1]))
-            continue
-        part_a, part_b = middle_a[offsets_a[i1] : offsets_a[i2]], middle_b[offsets_b[j1] : offsets_b[j2]]
-        if len(part_a) + len(part_b) > MAX_ALIGNED_CHARS:
-            raise TemplateError(
-                "the chat template changes the messages' text around special-token strings over "
-                f"{len(part_a) + len(part_b):,} characters in one place",
-                "remove the special-token strings from the messages, or send shorter messages",
-            )
-        matcher = difflib.SequenceMatcher(None, part_a, part_b, autojunk=False)
-        blocks += [(start_a + m.a, start_b + m.b, m.size) for m in matcher.get_matching_blocks() if m.size]
-    if tail:
-        blocks.append((len(a) - tail, len(b) - tail, tail))
-    return _merged(blocks)
-
-
-def _agree(a: str, b: str, room_a: int, room_b: int, part: Callable[[str, int], str]) -> int:
-    """How many characters ``a`` and ``b`` share at one end (``part(s, n)``: that end's n characters), at
-    most ``room_a`` and ``room_b``: a binary search over slices compared in C."""
-    low, high = 0, min(room_a, room_b)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if part(a, middle) == part(b, middle):
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def _offsets(lines: list[str]) -> list[int]:
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    return offsets
-
-
-def _merged(blocks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """Adjacent blocks joined (a marked string can straddle two of them)."""
-    merged: list[tuple[int, int, int]] = []
-    for a, b, size in blocks:
-        if merged and merged[-1][0] + merged[-1][2] == a and merged[-1][1] + merged[-1][2] == b:
-            last = merged.pop()
-            merged.append((last[0], last[1], last[2] + size))
-        else:
-            merged.append((a, b, size))
-    return merged
 
 
 def _unattributable(token: str) -> TemplateError:

@@ -6,10 +6,13 @@ with transformers' own ``render_jinja_template`` on several conversations.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llmrun.errors import TemplateError
 from llmrun.prompt.template import (
@@ -23,7 +26,6 @@ from llmrun.prompt.template import (
     attribute,
     contains,
     mark,
-    matching_blocks,
     pieces,
     render_text,
     special_pattern,
@@ -454,8 +456,30 @@ def test_a_long_conversation_is_aligned_in_about_linear_time() -> None:
 
 
 def test_the_renderings_ends_are_cut_before_aligning_what_differs() -> None:
+    from llmrun.prompt.align import TooFar, matching_blocks
+
     a = "x" * 100_000 + "abc" + "y" * 100_000
     b = "x" * 100_000 + "aXbc" + "y" * 100_000
     assert matching_blocks(a, b) == [(0, 0, 100_001), (100_001, 100_002, 100_002)]
-    with pytest.raises(TemplateError, match="over 40,000 characters in one place"):
+    with pytest.raises(TooFar, match="40,000 characters disagree"):
         matching_blocks("q" * 20_000 + "\n", "r" * 20_000 + "\n")
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "\n", " ", "<|im_end|>", "word ", "line\n"]), max_size=60),
+    st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["", "x", "\n", "zz "])), max_size=4),
+)
+def test_aligned_blocks_are_where_the_strings_agree_in_order(parts: list[str], edits: list[tuple[int, str]]) -> None:
+    from llmrun.prompt.align import matching_blocks
+
+    a = "".join(parts)
+    b_parts = list(parts)
+    for at, text in edits:
+        b_parts[min(at, len(b_parts)) : min(at, len(b_parts)) + 1] = [text]
+    b = "".join(b_parts)
+    blocks = matching_blocks(a, b)
+    for (x, y, size), (x2, y2, _) in itertools.pairwise(blocks):
+        assert x + size <= x2 and y + size <= y2
+    assert all(size > 0 and a[x : x + size] == b[y : y + size] for x, y, size in blocks)
+    if a == b:
+        assert blocks == ([(0, 0, len(a))] if a else [])
