@@ -27,7 +27,7 @@ TOKENS = 32
 
 
 @pytest.fixture(scope="module")
-def bin_dir() -> Path:
+def bin_dir() -> Path | None:
     return workers.build(_machine_cache())
 
 
@@ -37,12 +37,12 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(bin_dir: Path, home: Path) -> dict[str, str]:
+def env(bin_dir: Path | None, home: Path) -> dict[str, str]:
     return {**serving.hermetic_env(home), **workers.client_env(bin_dir)}
 
 
 @pytest.fixture(scope="module")
-def pair(bin_dir: Path, home: Path) -> Iterator[str]:
+def pair(bin_dir: Path | None, home: Path) -> Iterator[str]:
     """Two workers, as --rpc names them."""
     with workers.running(bin_dir, home, 2) as started:
         yield ",".join(endpoint for endpoint, _ in started)
@@ -113,7 +113,7 @@ def test_serve_answers_through_the_workers(pair: str, gemma_cache: Path, env: di
 
 
 def test_a_worker_killed_mid_answer_ends_the_run_with_one_line(
-    bin_dir: Path, home: Path, gemma_cache: Path, env: dict[str, str]
+    bin_dir: Path | None, home: Path, gemma_cache: Path, env: dict[str, str]
 ) -> None:
     with workers.running(bin_dir, home, 2) as started:
         endpoints = ",".join(endpoint for endpoint, _ in started)
@@ -138,7 +138,7 @@ def test_a_worker_killed_mid_answer_ends_the_run_with_one_line(
 
 
 def test_a_worker_that_is_down_is_one_line_before_anything_loads(
-    bin_dir: Path, home: Path, gemma_cache: Path, env: dict[str, str]
+    bin_dir: Path | None, home: Path, gemma_cache: Path, env: dict[str, str]
 ) -> None:
     with workers.running(bin_dir, home, 1) as started:
         endpoint, process = started[0]

@@ -1,9 +1,11 @@
-"""llama.cpp's ``ggml-rpc-server``, built once per machine from the llama.cpp that the installed
-llama-cpp-python's sdist vendors, and started as real worker processes on 127.0.0.1.
+"""llama.cpp RPC workers, started as real worker processes on 127.0.0.1.
 
-The same build has llama.cpp's shared libraries with the RPC backend: a llama-cpp-python that was
-built without it (a cached wheel from before the quick start turned it on) is pointed at them with
-``LLAMA_CPP_LIB_PATH``, llama-cpp-python's own override, so the client side is tested either way.
+A llama-cpp-python built with the RPC backend (the quick start's build) carries
+``ggml_backend_rpc_start_server`` in its own libggml-rpc: a worker is then a Python process that calls it
+on the CPU device (what ``ggml-rpc-server`` does), and nothing is built. A llama-cpp-python built without
+it gets llama.cpp's ``ggml-rpc-server``, built once per machine from the llama.cpp its sdist vendors, and
+that build's shared libraries through ``LLAMA_CPP_LIB_PATH`` (llama-cpp-python's own override), so the
+client side is tested either way.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,31 +28,47 @@ from tests.support.llama_tools import built
 SERVER = "ggml-rpc-server"
 
 
-def build(cache: Path) -> Path:
-    """The build's bin directory (``ggml-rpc-server`` and the shared libraries), once per machine."""
-    return built(cache, "llama-rpc", ["-DGGML_RPC=ON"], [SERVER, "llama"])
+# ggml-rpc-server's main, through llama-cpp-python's own libraries: the CPU device, one thread, no cache
+WORKER = """
+import ctypes, sys
+import llama_cpp, llama_cpp.llama_cpp as native
+llama_cpp.llama_backend_init()
+lib = ctypes.CDLL(native._lib._name, handle=native._lib._handle)
+lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+start = lib.ggml_backend_rpc_start_server
+start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+devices = (ctypes.c_void_p * 1)(lib.ggml_backend_dev_by_type(0))
+print("worker listening on", sys.argv[1], flush=True)
+start(sys.argv[1].encode(), None, 1, 1, devices)
+"""
 
 
-def client_env(bin_dir: Path) -> dict[str, str]:
-    """Environment for llmrun (and reference scripts): llama-cpp-python's own libraries when they have
-    the RPC backend, else the ones built here."""
+def build(cache: Path) -> Path | None:
+    """None when llama-cpp-python's own libraries have the RPC backend (workers are Python processes);
+    else the bin directory of a ``ggml-rpc-server`` build and its shared libraries, once per machine."""
     import llama_cpp
 
     if llama_cpp.llama_supports_rpc():
-        return {}
-    return {"LLAMA_CPP_LIB_PATH": str(bin_dir)}
+        return None
+    return built(cache, "llama-rpc", ["-DGGML_RPC=ON"], [SERVER, "llama"])
 
 
-def start(bin_dir: Path, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def client_env(bin_dir: Path | None) -> dict[str, str]:
+    """Environment for llmrun (and reference scripts): llama-cpp-python's own libraries when they have
+    the RPC backend, else the ones built here."""
+    return {} if bin_dir is None else {"LLAMA_CPP_LIB_PATH": str(bin_dir)}
+
+
+def start(bin_dir: Path | None, log: Path) -> tuple[str, subprocess.Popen[bytes]]:
     """One worker (one thread: the machine's cores go to whoever computes) listening on a free port."""
     port = serving.free_port()
+    if bin_dir is None:
+        command = [sys.executable, "-c", WORKER, f"127.0.0.1:{port}"]
+    else:
+        command = [str(bin_dir / SERVER), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"]
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(bin_dir / SERVER), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=interruptible,
-        )
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=interruptible)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -65,7 +84,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running(bin_dir: Path, logs: Path, count: int) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
+def running(bin_dir: Path | None, logs: Path, count: int) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
     started = [start(bin_dir, logs / f"worker{i}.log") for i in range(count)]
     try:
         yield started
