@@ -19,6 +19,7 @@ MAX_MESSAGES = 1_024
 MAX_PROMPT_CHARS = 1_000_000  # characters of all the messages (or the prompt) together (~250k tokens)
 MAX_TOOLS = 128
 MAX_SCHEMA_BYTES = MAX_SOURCE  # a tool's parameters or a response format's schema, as JSON text
+MAX_INPUTS = 2_048  # texts (or token arrays) one embedding request may give
 MAX_IMAGE_URLS = 8  # http(s) image URLs one request may ask the server to fetch
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's and Anthropic's rule for a function's name
 
@@ -88,6 +89,11 @@ def schema_size(text: str, field: str) -> None:
     size = len(text.encode("utf-8"))
     if size > MAX_SCHEMA_BYTES:
         raise OverLimit(field, f"{field} is {size:,} bytes; at most {MAX_SCHEMA_BYTES:,}")
+
+
+def input_count(count: int, field: str = "input") -> None:
+    if count > MAX_INPUTS:
+        raise OverLimit(field, f"{field} has {count:,} items; at most {MAX_INPUTS:,} in one request")
 
 
 def image_urls(count: int, field: str = "messages") -> None:

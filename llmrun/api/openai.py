@@ -500,7 +500,6 @@ def completion_choice(index: int, result: Result, alternatives: int | None) -> d
 # --- embeddings ---------------------------------------------------------------------------
 
 EMBEDDING_FIELDS = {"model", "input", "encoding_format", "dimensions", "user"}
-MAX_INPUTS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,8 +524,10 @@ def parse_embeddings(body: Any) -> EmbeddingCall:
         items = raw
     else:
         raise bad_field("input", "input must be a string, an array of strings, or token arrays", "invalid_type")
-    if len(items) > MAX_INPUTS:
-        raise bad_field("input", f"at most {MAX_INPUTS} inputs in one request")
+    try:
+        limits_.input_count(len(items))
+    except limits_.OverLimit as exc:
+        raise over_limit(exc) from None
     inputs: list[str | tuple[int, ...]] = []
     for i, item in enumerate(items):
         if isinstance(item, str) and item:

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmrun import __version__
 from llmrun.api.errors import ApiError
-from llmrun.server import look_routes, ollama_routes, openai_routes, web
+from llmrun.server import anthropic_routes, look_routes, ollama_routes, openai_routes, web
 from llmrun.server.errors import error_response
 from llmrun.server.guard import Guard, Policy
 from llmrun.server.metrics import Metrics
@@ -105,6 +105,7 @@ def create_app(state: ServerState) -> FastAPI:
         return describe(state.names(), state.limits(), __version__)
 
     openai_routes.add_routes(app, state, metrics)
+    anthropic_routes.add_routes(app, state, metrics)
     ollama_routes.add_routes(app, state, metrics)
     look_routes.add_routes(app, state)
     if state.config.ui:
@@ -131,6 +132,7 @@ KNOWN = frozenset(
         "/v1/completions",
         "/v1/embeddings",
         look_routes.PATH,
+        *anthropic_routes.PATHS,
         "/",
         *(
             f"/api/{name}"

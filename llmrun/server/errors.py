@@ -22,8 +22,15 @@ def without_paths(text: str) -> str:
 
 
 def error_response(exc: ApiError, path: str = "") -> JSONResponse:
-    """The error in the API's own shape: OpenAI's, or Ollama's ``{"error": "…"}`` under /api/; its
-    message without file paths."""
+    """The error in the API's own shape: Ollama's ``{"error": "…"}`` under /api/, Anthropic's under
+    /v1/messages, else OpenAI's; its message without file paths."""
+    from llmrun.api.anthropic import error_body
+
     exc.message = without_paths(exc.message)
-    body = {"error": exc.message} if path.startswith("/api/") else exc.body()
+    if path.startswith("/api/"):
+        body: dict[str, object] = {"error": exc.message}
+    elif path == "/v1/messages" or path.startswith("/v1/messages/"):
+        body = error_body(exc.status, exc.message)
+    else:
+        body = exc.body()
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)

@@ -103,7 +103,9 @@ def authorize(headers: Headers, method: str, path: str, key: str | None) -> None
         return
     scheme, _, given = headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "missing API key: send Authorization: Bearer KEY", code="missing_api_key")
+        given = headers.get("x-api-key", "")  # Anthropic's clients send the key so
+        if not given:
+            raise ApiError(401, "missing API key: send Authorization: Bearer KEY", code="missing_api_key")
     if not hmac.compare_digest(given.strip().encode(), key.encode()):
         raise ApiError(401, "incorrect API key", code="invalid_api_key")
 

@@ -70,8 +70,22 @@ async def served_model(state: ServerState, body: Any) -> Served:
     if not isinstance(name, str) or not name.strip():
         raise ApiError(400, "model is required: a string naming a model this server runs", param="model")
     wrong_kind(state, name, embedding=False)
+    loaded = state.find(name)  # most requests: no thread, no queue
+    if loaded is not None:
+        return loaded
     try:
         return await state.loading.run(state.get, name)
+    except LlmrunError as exc:
+        raise model_error(state, name, exc) from None
+
+
+async def embedding_model(state: ServerState, name: str) -> Embedding:
+    """The embedding model a client named: at once when loaded, else loaded in a worker thread."""
+    loaded = state.find_embedding(name)
+    if loaded is not None:
+        return loaded
+    try:
+        return await state.loading.run(state.get_embedding, name)
     except LlmrunError as exc:
         raise model_error(state, name, exc) from None
 

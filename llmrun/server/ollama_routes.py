@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from llmrun.api import ollama
+from llmrun.api import limits, ollama
 from llmrun.api import openai as api
 from llmrun.api.errors import explain
 from llmrun.engine.request import tool_dialect
@@ -324,11 +324,10 @@ async def _embed(state: ServerState, body: Any, inputs: list[Any], *, legacy: bo
     if not inputs or not all(isinstance(text, str) and text for text in inputs):
         field = "prompt" if legacy else "input"
         raise ollama.OllamaError(400, f"{field} must be a non-empty string or a list of them")
+    if len(inputs) > limits.MAX_INPUTS:
+        raise ollama.OllamaError(400, f"input has {len(inputs):,} items; at most {limits.MAX_INPUTS:,} in one request")
     started = time.monotonic()
-    try:
-        embedding = await state.loading.run(state.get_embedding, name)
-    except LlmrunError as exc:
-        raise jobs.model_error(state, name, exc) from None
+    embedding = await jobs.embedding_model(state, name)
     call = api.EmbeddingCall(name, tuple(inputs), False, None)
     vectors, tokens = await state.embedding.run(jobs.embed_inputs, embedding, call)
     lists = [[float(x) for x in vector] for vector in vectors]

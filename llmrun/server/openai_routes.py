@@ -70,10 +70,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         body = await jobs.json_body(request, state.config.max_body_bytes)
         call = api.parse_embeddings(body)
         jobs.wrong_kind(state, call.model, embedding=True)
-        try:
-            embedding = await state.loading.run(state.get_embedding, call.model)
-        except LlmrunError as exc:
-            raise jobs.model_error(state, call.model, exc) from None
+        embedding = await jobs.embedding_model(state, call.model)
         if call.dimensions is not None and call.dimensions != embedding.embedder.dimension:
             message = f"{embedding.name} makes {embedding.embedder.dimension}-dimension vectors; it cannot make others"
             raise ApiError(400, message, param="dimensions", code="unsupported_value")

@@ -107,9 +107,11 @@ class ServerState:
         self._loading: dict[tuple[int, str], threading.Lock] = {}  # a lock per (table, name) being loaded
         self._given = public_names(config.models)  # a model given by path: its file name → the path
         # slow work in worker threads, each kind bounded (past the bound: a 503 with Retry-After)
-        self.loading = Workers("loading models", 8)
-        self.preparing = Workers("being prepared (templates rendered, prompts tokenized, images read)", 32)
-        self.embedding = Workers("waiting for an embedding model", config.max_queue)
+        self.loading = Workers("waiting for a model to load", threads=2, queue=config.max_queue)
+        self.preparing = Workers(
+            "being prepared (templates rendered, prompts tokenized, images read)", threads=4, queue=4 * config.max_queue
+        )
+        self.embedding = Workers("waiting for an embedding model", threads=2, queue=config.max_queue)
         self.closing = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -136,6 +138,15 @@ class ServerState:
             return Load(self.config.parallel, 0, 0)
         slots = sum(s.scheduler.parallel if s.scheduler.batching else 1 for s in served)
         return Load(slots, sum(s.scheduler.busy for s in served), sum(s.scheduler.queued for s in served))
+
+    def find(self, name: str) -> Served | None:
+        """The model of that name if it is loaded now (never blocks on a load: the event loop may call it)."""
+        with self._lock:
+            return self._served.get(self._given.get(name, name))
+
+    def find_embedding(self, name: str) -> Embedding | None:
+        with self._lock:
+            return self._embeddings.get(self._given.get(name, name))
 
     def get(self, name: str, *, operator: bool = False) -> Served:
         """The model a client named, loaded on first use (blocking: call from a worker thread).

@@ -315,3 +315,41 @@ def test_two_models_with_one_file_name_are_a_startup_error(smollm: Path, tmp_pat
     (other / smollm.name).write_bytes(b"")
     code, _, err = invoke(["serve", "-m", str(smollm), "-m", str(other / smollm.name)])
     assert code != 0 and "two models would be served as" in err and str(other) in err
+
+
+def test_connections_are_bounded_and_slow_headers_cut_off(smollm: Path, home: Path) -> None:
+    """--max-connections: past it a request is a 503 at once; a client that sends its headers a byte at a time
+    (slowloris) is disconnected after the header time limit, and the server answers others meanwhile."""
+    import socket
+
+    from llmrun.server.run import HEADER_TIMEOUT_S
+
+    args = ["-m", str(smollm), "--ctx", "256", "--parallel", "1", "--max-connections", "3"]
+    with serving.running(args, serving.hermetic_env(home)) as (url, _):
+        host, port_number = "127.0.0.1", int(port(url))
+        slow = socket.create_connection((host, port_number))
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+        idle = [socket.create_connection((host, port_number)) for _ in range(2)]
+        time.sleep(0.5)
+        assert httpx.get(url + "/health").status_code == 503  # three connections open: the fourth is refused
+        for connection in idle:
+            connection.close()
+        time.sleep(0.5)
+        assert httpx.get(url + "/health").status_code == 200
+        started = time.monotonic()
+        slow.settimeout(HEADER_TIMEOUT_S + 5)
+        closed = False
+        while time.monotonic() - started < HEADER_TIMEOUT_S + 5:
+            try:
+                slow.sendall(b"X")  # a byte a second keeps a per-read timeout from ever firing
+                if slow.recv(1, socket.MSG_DONTWAIT) == b"":
+                    closed = True
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed = True
+                break
+            time.sleep(1)
+        slow.close()
+        assert closed and time.monotonic() - started <= HEADER_TIMEOUT_S + 2
