@@ -29,21 +29,28 @@ from llmrun.engine.request import Request
 from llmrun.engine.result import Result
 from llmrun.errors import InvalidParameter
 from llmrun.prompt.template import Message, ToolCall
+from llmrun.structured.formats import Format, from_schema
 from llmrun.structured.tools import Tool, ToolUse
 
 FIELDS = {"model", "messages", "max_tokens", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k"}
 FIELDS |= {"tools", "tool_choice", "thinking"}
 # sent by real clients, accepted and left aside (docs/agents.md says why each one)
+FIELDS |= {"output_config"}  # its format (a JSON Schema) is enforced while decoding; its effort left aside
 IGNORED = {
+    "cache_control",  # automatic prompt caching: the prefix cache keeps every prefix without marks
     "metadata",  # user_id for Anthropic's abuse checks
     "context_management",  # server-side clearing of old tool results: the client resends what it keeps
-    "output_config",  # effort; structured output betas
     "service_tier",  # priority capacity
+    "speed",  # Anthropic's fast mode
+    "inference_geo",  # where Anthropic runs it
+    "diagnostics",  # Anthropic's prompt-cache miss reports
+    "user_profile_id",  # whom Anthropic bills
+    "workspace_id",
     "container",  # Anthropic's code-execution containers
     "mcp_servers",  # Anthropic-side MCP connectors: tools that run there, not here
     "betas",
 }
-COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking"} | IGNORED
+COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config"} | IGNORED
 STOP_REASON = {"eos": "end_turn", "stop": "end_turn", "length": "max_tokens", "context": "max_tokens"}
 STOP_REASON["time"] = "max_tokens"
 ERROR_TYPES = {
@@ -96,6 +103,7 @@ def parse_messages(body: Any, defaults: SamplingParams, limits_: Limits) -> Mess
             params=params,
             tools=tools,
             think=think,
+            response_format=_output_format(body.get("output_config")),
         )
     except InvalidParameter as exc:
         raise bad(exc.name, worded(exc.message)) from None
@@ -111,6 +119,7 @@ def parse_count(body: Any) -> Request:
         messages=((Message("system", system),) if system else ()) + messages,
         tools=tools,
         think=_thinking(body.get("thinking")),
+        response_format=_output_format(body.get("output_config")),
     )
 
 
@@ -155,12 +164,29 @@ def _params(body: dict[str, Any], defaults: SamplingParams, max_tokens: int) -> 
         raise bad(exc.name, worded(exc.message)) from None
 
 
+def _output_format(value: Any) -> Format | None:
+    """``output_config.format``: a JSON Schema the answer follows (enforced while decoding)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad("output_config", "output_config must be an object")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise bad("output_config.format", 'output_config.format is {"type": "json_schema", "schema": {…}}')
+    try:
+        return from_schema(fmt["schema"], parameter="output_config.format.schema")
+    except InvalidParameter as exc:
+        raise bad("output_config.format.schema", f"the schema must be {exc.expected}") from None
+
+
 def _thinking(value: Any) -> bool | None:
-    """``thinking``: enabled (with a budget), adaptive (the model's default) or disabled."""
+    """``thinking``: enabled (with a budget) or between tools, adaptive (the model's default), or disabled."""
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "enabled":
+    if kind in ("enabled", "between_tools"):
         return True
     if kind == "disabled":
         return False

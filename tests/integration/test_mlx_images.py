@@ -133,6 +133,7 @@ def test_greedy_tokens_and_distributions_equal_mlx_vlms_own_model(
     computed = model.model.language_model.model.embed_tokens.weight.dtype  # type: ignore[attr-defined]
     reference.language_model.set_dtype(computed)  # as llmrun computes (float32 on a CPU); the vision towers as stored
     pixels = processor(text=[processor.boi_token], images=[Image.open(images[1]).convert("RGB")])["pixel_values"]
+
     def reference_steps(prefill: int) -> list[Any]:
         inputs = (mx.array([full]), reference, pixels, mx.ones((1, len(full))))
         return list(generate_step(*inputs, max_tokens=8, temperature=0.0, prefill_step_size=prefill))

@@ -1,6 +1,7 @@
 """Anthropic's Messages API on `llmrun serve`, with the official `anthropic` SDK against a real server on
-127.0.0.1 (SmolLM2, greedy, every prompt evaluated whole so that two routes' answers compare like with
-like): plain and streamed answers equal to the OpenAI route's, a tool round trip whose input validates
+127.0.0.1 (SmolLM2, greedy — the SDK no longer has a temperature parameter, so it goes as an extra body
+field, which the route still honours —, every prompt evaluated whole so that two routes' answers compare
+like with like): plain and streamed answers equal to the OpenAI route's, a tool round trip whose input validates
 against its schema, count_tokens equal to what a generation reports, errors as the SDK's exception types,
 and a body shaped as Claude Code sends it (ignored fields and all) answered."""
 
@@ -22,6 +23,7 @@ from tests.support import serving
 pytestmark = pytest.mark.slow
 KEY = "anthropic-key-0123456789"
 QUESTION = "Name three colours."
+GREEDY = {"temperature": 0}
 WEATHER = {
     "name": "get_weather",
     "description": "The weather in a city.",
@@ -60,7 +62,7 @@ def openai_answer(url: str, model: str, max_tokens: int) -> Any:
 
 def test_a_message_is_the_openai_routes_greedy_answer(client: anthropic.Anthropic, url: str, model: str) -> None:
     message = client.messages.create(
-        model=model, max_tokens=24, temperature=0, messages=[{"role": "user", "content": QUESTION}]
+        model=model, max_tokens=24, extra_body=GREEDY, messages=[{"role": "user", "content": QUESTION}]
     )
     expected = openai_answer(url, model, 24)
     assert message.type == "message" and message.role == "assistant" and message.id.startswith("msg_")
@@ -73,7 +75,7 @@ def test_a_message_is_the_openai_routes_greedy_answer(client: anthropic.Anthropi
 
 
 def test_a_streamed_message_is_the_same_answer(client: anthropic.Anthropic, model: str) -> None:
-    asked: dict[str, Any] = {"model": model, "max_tokens": 24, "temperature": 0}
+    asked: dict[str, Any] = {"model": model, "max_tokens": 24, "extra_body": GREEDY}
     whole = client.messages.create(messages=[{"role": "user", "content": QUESTION}], **asked)
     kinds = []
     with client.messages.stream(messages=[{"role": "user", "content": QUESTION}], **asked) as stream:
@@ -88,14 +90,14 @@ def test_a_streamed_message_is_the_same_answer(client: anthropic.Anthropic, mode
 
 def test_a_stop_sequence_ends_the_answer_and_is_named(client: anthropic.Anthropic, model: str) -> None:
     whole = client.messages.create(
-        model=model, max_tokens=24, temperature=0, messages=[{"role": "user", "content": QUESTION}]
+        model=model, max_tokens=24, extra_body=GREEDY, messages=[{"role": "user", "content": QUESTION}]
     )
     text = whole.content[0].text  # type: ignore[union-attr]
     word = text.split()[2]
     cut = client.messages.create(
         model=model,
         max_tokens=24,
-        temperature=0,
+        extra_body=GREEDY,
         stop_sequences=[word],
         messages=[{"role": "user", "content": QUESTION}],
     )
@@ -106,7 +108,7 @@ def test_a_stop_sequence_ends_the_answer_and_is_named(client: anthropic.Anthropi
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_tool_round_trip(client: anthropic.Anthropic, model: str, stream: bool) -> None:
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
-    asked: dict[str, Any] = {"model": model, "max_tokens": 64, "temperature": 0, "tools": [WEATHER]}
+    asked: dict[str, Any] = {"model": model, "max_tokens": 64, "extra_body": GREEDY, "tools": [WEATHER]}
     if stream:
         with client.messages.stream(messages=messages, tool_choice={"type": "any"}, **asked) as events:
             deltas = [e for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
@@ -141,7 +143,7 @@ def test_count_tokens_is_what_a_generation_reads(client: anthropic.Anthropic, mo
         "tools": [WEATHER],
     }
     counted = client.messages.count_tokens(model=model, **conversation)
-    message = client.messages.create(model=model, max_tokens=1, temperature=0, **conversation)
+    message = client.messages.create(model=model, max_tokens=1, extra_body=GREEDY, **conversation)
     read = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
     assert counted.input_tokens == read > 0
 
@@ -208,3 +210,20 @@ def test_a_body_as_claude_code_sends_it_is_answered(url: str, model: str) -> Non
     streamed = httpx.post(url + "/v1/messages", json={**body, "stream": True}, headers=headers, timeout=300)
     events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+
+
+def test_output_config_format_is_a_schema_the_answer_follows(client: anthropic.Anthropic, model: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"colours": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}},
+        "required": ["colours"],
+        "additionalProperties": False,
+    }
+    message = client.messages.create(
+        model=model,
+        max_tokens=64,
+        extra_body=GREEDY,
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+        messages=[{"role": "user", "content": QUESTION}],
+    )
+    jsonschema.validate(json.loads(message.content[0].text), schema)  # type: ignore[union-attr]
