@@ -37,8 +37,11 @@ def probe() -> tuple[str, bool, bool] | None:
 
 
 def missing(rpc: bool, amx: bool) -> list[str]:
-    """What the installed build lacks of the include's promise."""
-    return [*([] if rpc else ["llama.cpp's RPC backend"]), *(["a build without the AMX kernels"] if amx else [])]
+    """How the installed build breaks the include's promise."""
+    return [
+        *([] if rpc else ["has no RPC backend (--rpc)"]),
+        *(["has llama.cpp's AMX kernels (which crash in this version)"] if amx else []),
+    ]
 
 
 def cmake_args() -> str:
@@ -72,15 +75,16 @@ def main() -> int:
     if not lacking:
         return 0
     print(
-        f"llmrun: the llama-cpp-python {version} pip installed (a wheel from its cache) lacks {' and '.join(lacking)}: "
-        "rebuilding it from source with llmrun/cmake/llama-cpp.cmake (about 8 minutes on two cores)",
+        f"llmrun: the llama-cpp-python {version} pip installed (a wheel from its cache, built otherwise) "
+        f"{' and '.join(lacking)}: rebuilding it from source with llmrun/cmake/llama-cpp.cmake (about 8 minutes "
+        "on two cores)",
         file=sys.stderr,
     )
     if rebuild(version) != 0:
         return 1
     again = probe()
     if again is None or missing(again[1], again[2]):
-        print(f"llmrun: the rebuilt llama-cpp-python still lacks {' and '.join(lacking)}", file=sys.stderr)
+        print(f"llmrun: the rebuilt llama-cpp-python still {' and '.join(lacking)}", file=sys.stderr)
         return 1
     return 0
 

@@ -220,3 +220,17 @@ def test_the_fast_blas_is_loaded_before_mlx_unless_the_user_says_none(choice: st
     assert done.returncode == 0, done.stderr
     expected = "None None False" if choice == "none" else "libopenblas.so.0 libopenblas.so.0 True"
     assert done.stdout.split() == expected.split()
+
+
+def test_the_quick_starts_build_check_names_what_a_cached_wheel_breaks() -> None:
+    """scripts/ensure-llama-build.py: a wheel from pip's cache built without llmrun's include is rebuilt."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "ensure-llama-build.py"
+    spec = importlib.util.spec_from_file_location("ensure_llama_build", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.missing(rpc=True, amx=False) == []  # the quick start's own build: nothing to do
+    assert [m.split()[0:2] for m in script.missing(rpc=False, amx=True)] == [["has", "no"], ["has", "llama.cpp's"]]
+    assert script.INCLUDE.is_file() and script.INCLUDE.name == "llama-cpp.cmake"
