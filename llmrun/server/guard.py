@@ -11,7 +11,9 @@ ASGI middleware that applies them and counts every request by endpoint and statu
 - **Origin.** A request a browser marks as another site's (an ``Origin`` that is neither the server's
   own nor one of ``--cors-origin``, or ``Sec-Fetch-Site: cross-site``) is refused, whatever its method
   and Content-Type: a ``text/plain`` POST that needs no preflight never reaches a route. Programs that
-  are not browsers send neither header and are served as before (``curl -d``, the SDKs, the agents).
+  are not browsers send neither header and are served as before (``curl -d``, the SDKs, the agents); an
+  editor's or a desktop app's own pages (``vscode-webview://``, ``app://``: origins no web site can have)
+  are answered, as Ollama answers them.
   The one cross-site request answered is a top-level navigation to the page (a link to it): the other
   site cannot read what it shows.
 """
@@ -83,12 +85,22 @@ def own_origin(origin: str, host: str | None) -> bool:
     return bool(host) and scheme in ("http", "https") and rest.rstrip("/").lower() == (host or "").strip().lower()
 
 
+def app_origin(origin: str) -> bool:
+    """An origin no web site can have: a desktop app's or an editor's own scheme (``vscode-webview://…``,
+    ``app://…``, ``tauri://…``, ``file://``), as Ollama allows them by default. ``null`` (a sandboxed frame
+    of any site, or a redirect) and http(s) are web origins."""
+    scheme, separator, _ = origin.partition("://")
+    return bool(separator) and scheme.lower() not in ("http", "https") and scheme.replace("-", "").isalnum()
+
+
 def refused_origin(headers: Headers, method: str, path: str, origins: Sequence[str]) -> str | None:
     """Why a browser's request from another site is refused (None: it is not, or it is not a browser's)."""
     origin = headers.get("origin")
     if origin is not None:
         if own_origin(origin, headers.get("host")) or ANY in origins or origin.rstrip("/") in origins:
             return None
+        if app_origin(origin):
+            return None  # an editor's or a desktop app's own pages (vscode-webview://, app://): not a web site
         return f"requests from the web page at {origin} are not allowed"
     if headers.get("sec-fetch-site", "").lower() != "cross-site":
         return None

@@ -64,6 +64,9 @@ def headers(**values: str) -> Headers:
         ({"host": "127.0.0.1:8080", "origin": "https://evil.example"}, "POST", "/v1/completions", True),
         ({"host": "127.0.0.1:8080", "origin": "null"}, "POST", "/v1/completions", True),  # a sandboxed frame
         ({"host": "127.0.0.1:8080", "origin": "http://app.test:5173"}, "POST", "/v1/completions", False),  # --cors
+        ({"host": "127.0.0.1:8080", "origin": "vscode-webview://1abc"}, "POST", "/api/chat", False),  # an editor
+        ({"host": "127.0.0.1:8080", "origin": "app://obsidian.md"}, "POST", "/api/chat", False),  # a desktop app
+        ({"host": "127.0.0.1:8080", "origin": "javascript:alert(1)"}, "POST", "/api/chat", True),  # no such scheme
         ({"host": "127.0.0.1:8080", "sec_fetch_site": "cross-site"}, "GET", "/v1/models", True),
         (
             {"host": "127.0.0.1:8080", "sec_fetch_site": "cross-site", "sec_fetch_mode": "no-cors"},
