@@ -119,6 +119,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "serve",
         "Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).",
     ),
+    "launch": (
+        "launch",
+        "launch",
+        "Run a coding agent (Claude Code) on a local model: llmrun serves it, the agent talks to it.",
+    ),
     "tokenize": ("inspect", "tokenize", "Show how a model splits text into tokens: ids, pieces, counts."),
     "next": (
         "inspect",

@@ -3,7 +3,7 @@
 200: each field it sends is honoured or on the documented list of those left aside (anything else would be a
 400 that stops it).
 
-- SmolLM2-135M-Instruct (it ends its answers), Claude Code's tools off (its prompt is then ~7,800 tokens,
+- SmolLM2-135M-Instruct, greedy (it ends its answers), Claude Code's tools off (its prompt is then ~7,800 tokens,
   within SmolLM2's 8,192): it runs to the end, exits 0 and answers.
 - Gemma 3 270M, greedy (a 32k context for Claude Code's whole first request: its system prompt and a dozen
   tools, ~13,000 tokens): an answer in text, or calls that come back to Claude Code as tool_use blocks,
@@ -52,6 +52,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, gemma_cache: Path) -> Itera
     def start(model: Path | str, *args: str) -> str:
         home = tmp_path_factory.mktemp("agents")
         env = serving.hermetic_env(home)
+        if model == "smollm2:135m":
+            Path(env["LLMRUN_CONFIG_DIR"]).mkdir(parents=True)
+            (Path(env["LLMRUN_CONFIG_DIR"]) / "models.toml").write_text(agents.GREEDY_SMOLLM)
         if model == "gemma3:270m":  # the packaged file in this home's store, and the greedy entry
             store = Path(env["LLMRUN_HOME"]) / "models" / "embedded"
             store.mkdir(parents=True)
@@ -94,9 +97,9 @@ def run_claude(claude: Path, url: str, model: str, folder: Path, *args: str) -> 
     return done.returncode, report, done.stderr
 
 
-def test_claude_code_runs_to_the_end_and_answers(claude: Path, served: Any, smollm: Path, tmp_path: Path) -> None:
-    url = served(smollm, "--ctx", "8192")
-    code, report, err = run_claude(claude, url, smollm.name, tmp_path, "--tools", "", "--max-turns", "1")
+def test_claude_code_runs_to_the_end_and_answers(claude: Path, served: Any, tmp_path: Path) -> None:
+    url = served("smollm2:135m", "--ctx", "8192")
+    code, report, err = run_claude(claude, url, "smollm2:135m", tmp_path, "--tools", "", "--max-turns", "1")
     assert code == 0, (report, err)
     assert report["is_error"] is False and report["subtype"] == "success" and report["stop_reason"] == "end_turn"
     assert report["result"].strip()

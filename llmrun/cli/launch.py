@@ -1,0 +1,193 @@
+"""``llmrun launch claude``: a coding agent on a local model.
+
+Starts ``llmrun serve`` with the model on a free loopback port, behind a key made for this launch (so no
+other program on the machine can use the server meanwhile), runs the agent with its environment pointing
+at it, and stops the server when the agent exits, with the agent's exit code. Nothing of the agent's own
+configuration is read or written: only its environment is set.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmrun.cli import options as o
+from llmrun.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    binary: str
+    package: str  # what installs it
+    name: str
+
+
+MAX_CTX = 32768
+AGENTS = {"claude": Agent("claude", "@anthropic-ai/claude-code", "Claude Code")}
+LATER = {"codex": "Codex CLI speaks OpenAI's Responses API, which llmrun does not serve yet"}
+OFFLINE = {  # what the agent sends beyond the model: telemetry, error reports, update checks
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+
+
+def agent_env(base: dict[str, str], url: str, key: str, model: str) -> dict[str, str]:
+    """Claude Code's environment: the server, its key, the model for its main and its side tasks (pure)."""
+    return {
+        **base,
+        **OFFLINE,
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": key,
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
+    }
+
+
+def launch(
+    agent: Annotated[str, typer.Argument(help="The agent to run: claude (Claude Code).", show_default=False)],
+    arguments: Annotated[
+        list[str] | None, typer.Argument(help="The agent's own arguments, after --.", show_default=False)
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="An alias from models.toml or a path to a .gguf file. Default: the model `llmrun chat` uses.",
+            rich_help_panel=o.LOADING,
+            show_default=False,
+        ),
+    ] = None,
+    ctx: Annotated[
+        int | None,
+        typer.Option(
+            "--ctx",
+            "-c",
+            min=256,
+            help="Context per request (an agent's first request is 10-20k tokens). Default: the model's trained "
+            f"length, at most {MAX_CTX}.",
+            rich_help_panel=o.LOADING,
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Run a coding agent on a local model: llmrun serves the model, the agent talks to it.
+
+    Examples:
+
+      llmrun launch claude -m qwen3-coder:30b
+
+      llmrun launch claude -m smollm2:135m -- -p "Say hi."
+    """
+    found = AGENTS.get(agent)
+    if found is None:
+        why = LATER.get(agent, f"llmrun knows no agent {agent!r}")
+        raise UsageError(why, f"agents llmrun launches: {', '.join(AGENTS)}")
+    binary = shutil.which(found.binary)
+    if binary is None:
+        raise UsageError(
+            f"{found.name} is not installed ({found.binary} is not on PATH)", f"npm install -g {found.package}"
+        )
+    name = model or _default_chat()
+    code = _run(binary, name, ctx or _trained(name), list(arguments or ()))
+    raise typer.Exit(code)
+
+
+def _default_chat() -> str:
+    from llmrun.models.registry import default_model_name, load_registry
+
+    registry = load_registry()
+    return registry.default_chat or default_model_name(registry)[0]
+
+
+def _trained(model: str) -> int:
+    """The model's trained context length, at most :data:`MAX_CTX` (the server says what is wrong with a model
+    that cannot be found)."""
+    from llmrun.engine.plan import locate
+    from llmrun.errors import LlmrunError
+    from llmrun.models.registry import load_registry
+
+    try:
+        header = locate(load_registry(), model).header
+    except LlmrunError:
+        return MAX_CTX
+    return min(int(header.arch_value("context_length") or 4096), MAX_CTX)
+
+
+def _run(binary: str, model: str, ctx: int, arguments: list[str]) -> int:
+    """The server started, the agent run to its end, the server stopped: the agent's exit code."""
+    from llmrun.cli import render
+
+    key = secrets.token_hex(24)
+    with tempfile.TemporaryDirectory(prefix="llmrun-launch-") as folder:
+        key_file = Path(folder) / "key"
+        key_file.write_text(key)
+        key_file.chmod(0o600)
+        port = _free_port()
+        log = Path(folder) / "serve.log"
+        command = [sys.executable, "-m", "llmrun", "serve", "-m", model, "--ctx", str(ctx), "--port", str(port)]
+        command += ["--parallel", "1", "--api-key-file", str(key_file), "--no-ui"]
+        with log.open("wb") as out:
+            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            with render.status(f"Loading {model}…"):
+                _wait(url, server, log)
+            served = _served_name(url, key)
+            render.note(f"{model} served at {url} for this launch; starting the agent")
+            return subprocess.run(
+                [binary, "--model", served, *arguments], env=agent_env(dict(os.environ), url, key, served)
+            ).returncode
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait(url: str, server: subprocess.Popen[bytes], log: Path, timeout: float = 600) -> None:
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+            raise UsageError(f"the server did not start: {lines[-1] if lines else 'it exited'}", "check the model name")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise UsageError(f"the server did not answer within {timeout:.0f} s", "try a smaller model or --ctx")
+
+
+def _served_name(url: str, key: str) -> str:
+    """The name the server gives the model (a file's name for a path)."""
+    import httpx
+
+    listed = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10).json()["data"]
+    return str(listed[0]["id"])

@@ -1,0 +1,60 @@
+"""`llmrun launch claude`: the real Claude Code (pinned, from npm, installed once per machine) run on a local
+model that launch serves for it, offline, in a temporary HOME; and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import _machine_cache
+from tests.support import agents, serving
+from tests.support.helpers import invoke
+
+pytestmark = pytest.mark.slow
+LAUNCH = [sys.executable, "-m", "llmrun", "launch", "claude", "-m", "smollm2:135m", "--"]
+
+
+def test_an_agent_llmrun_cannot_serve_yet_or_a_missing_one_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = invoke(["launch", "codex"])
+    assert code == 2 and "Responses API" in err and "Traceback" not in err
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code, _, err = invoke(["launch", "claude"])
+    assert code == 2 and "npm install -g @anthropic-ai/claude-code" in err and len(err.strip().splitlines()) == 1
+
+
+def test_claude_code_runs_on_the_model_launch_serves(tmp_path: Path) -> None:
+    try:
+        claude = agents.installed(_machine_cache(), agents.CLAUDE_CODE, "claude")
+    except agents.Unavailable as exc:
+        pytest.fail(str(exc))
+    env = serving.hermetic_env(tmp_path)
+    Path(env["LLMRUN_CONFIG_DIR"]).mkdir(parents=True)
+    (Path(env["LLMRUN_CONFIG_DIR"]) / "models.toml").write_text(agents.GREEDY_SMOLLM)
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {**env, "HOME": str(home), "PATH": f"{claude.parent}{os.pathsep}{env['PATH']}"}
+    env = {k: v for k, v in env.items() if not k.startswith("ANTHROPIC_")}
+    done = subprocess.run(
+        [*LAUNCH, "-p", "Say hi.", "--tools", "", "--max-turns", "1", "--output-format", "json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    report = json.loads(done.stdout)  # the agent's own output, on stdout; launch's notes on stderr
+    assert report["is_error"] is False and report["result"].strip()
+    found = re.search(r"served at (http://127\.0\.0\.1:\d+)", done.stderr)
+    assert found is not None, done.stderr
+    with pytest.raises(httpx.ConnectError):  # the server launch started stopped with the agent
+        httpx.get(found.group(1) + "/health", timeout=5)
