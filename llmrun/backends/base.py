@@ -229,6 +229,11 @@ class Backend(Protocol):
     def load(self, path: Path, params: LoadParams) -> LoadedModel: ...
 
 
+def outside_vocabulary(ids: Sequence[int], vocab_size: int) -> int | None:
+    """Where the first id outside a vocabulary of ``vocab_size`` is in ``ids`` (None: all inside)."""
+    return next((i for i, token in enumerate(ids) if not 0 <= token < vocab_size), None)
+
+
 @runtime_checkable
 class ReadsTokens(Protocol):
     """An embedding model that also takes token ids (OpenAI's ``input`` as token arrays): it spells them back."""

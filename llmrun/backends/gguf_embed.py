@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmrun.backends.base import outside_vocabulary
 from llmrun.backends.gguf import _route_llama_logs
 from llmrun.errors import BackendError, UsageError
 
@@ -32,7 +33,7 @@ class GgufEmbedder:
     def detokenize(self, ids: Sequence[int]) -> str:
         """Token ids of this model's vocabulary as text (the server's token-array input). An id outside the
         vocabulary is a UsageError: llama.cpp would abort the process on it (llama.cpp issue 12178)."""
-        bad = next((i for i, token in enumerate(ids) if not 0 <= token < self.vocab_size), None)
+        bad = outside_vocabulary(ids, self.vocab_size)
         if bad is not None:
             raise UsageError(
                 f"token id {ids[bad]} (at {bad}) is not in the model's vocabulary of {self.vocab_size}",

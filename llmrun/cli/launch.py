@@ -34,11 +34,13 @@ class Agent:
 MAX_CTX = 32768
 AGENTS = {"claude": Agent("claude", "@anthropic-ai/claude-code", "Claude Code")}
 LATER = {"codex": "Codex CLI speaks OpenAI's Responses API, which llmrun does not serve yet"}
-OFFLINE = {  # what the agent sends beyond the model: telemetry, error reports, update checks
+OFFLINE = {  # what the agent sends beyond the model: telemetry, error reports, update checks, side calls
     "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
     "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
 }
 
 

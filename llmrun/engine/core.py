@@ -18,6 +18,7 @@ from llmrun.backends.base import KeepsKv, SeesImages, batching
 from llmrun.decoding.events import BatchRequest, Done, Token
 from llmrun.decoding.reasoning import Splitter
 from llmrun.engine.load import Loaded, load
+from llmrun.engine.once import MadeOnce
 from llmrun.engine.request import (
     Prepared,
     Request,
@@ -64,36 +65,22 @@ class Engine:
         self._loader = loader or load
         self._entries: dict[str, LoadedEntry] = {}
         self._lock = threading.Lock()  # the table only: held for lookups, never through a load
-        self._loading: dict[str, threading.Lock] = {}  # a lock per name being loaded
+        self._made = MadeOnce(self._entries, self._lock)
 
     # --- model lifetime ------------------------------------------------------------
     def load(self, run_plan: RunPlan) -> LoadedEntry:
         """The loaded model for a plan (loaded now unless it already is)."""
-        name = run_plan.model.name
-        with self._lock:
-            entry = self._entries.get(name)
-            if entry is not None:
-                entry.last_used = time.monotonic()
-                return entry
-            loading = self._loading.setdefault(name, threading.Lock())
-        with loading:  # one load per name at a time; other names load meanwhile, and nothing waits on _lock
-            with self._lock:
-                entry = self._entries.get(name)
-            if entry is not None:
-                return entry
-            try:
-                started = time.perf_counter()
-                model = self._loader(run_plan)
-                entry = LoadedEntry(
-                    run_plan, model, choose_template(run_plan, self._template), time.perf_counter() - started
-                )
-                with self._lock:
-                    self._entries[name] = entry
-                return entry
-            finally:
-                with self._lock:
-                    if self._loading.get(name) is loading:
-                        del self._loading[name]
+
+        def make() -> LoadedEntry:
+            started = time.perf_counter()
+            model = self._loader(run_plan)
+            return LoadedEntry(
+                run_plan, model, choose_template(run_plan, self._template), time.perf_counter() - started
+            )
+
+        entry = self._made.get(run_plan.model.name, make)  # one load per name; other names meanwhile
+        entry.last_used = time.monotonic()
+        return entry
 
     def loaded(self) -> list[LoadedEntry]:
         with self._lock:

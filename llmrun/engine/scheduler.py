@@ -242,11 +242,7 @@ class Scheduler:
                 "serve a vision model with its projector (`mmproj`)",
             )
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
-            prepared = request_ids(self.model, self.entry.templates, request)
-            positions = len(prepared.ids)
-            if prepared.images:
-                assert isinstance(self.model, SeesImages)
-                positions += sum(self.model.image_positions(image) for image in prepared.images)
+            prepared, positions = self._measured(request)
             n_ctx = self.model.n_ctx if prepared.images else self.n_ctx_seq  # images use the model's own context
             token_budget(positions, n_ctx, request.params)  # a prompt too long fails now
             constraint = request_constraint(self.model, self.entry.templates, request)
@@ -262,6 +258,20 @@ class Scheduler:
             self._waiting.append(ticket)
             self._wake.notify()
         return ticket
+
+    def measure(self, request: Request) -> int:
+        """The positions ``request``'s prompt takes (its tokens and its images'): what a generation of it
+        reads, without generating (Anthropic's count_tokens)."""
+        with self.entry.lock:
+            return self._measured(request)[1]
+
+    def _measured(self, request: Request) -> tuple[Prepared, int]:
+        prepared = request_ids(self.model, self.entry.templates, request)
+        positions = len(prepared.ids)
+        if prepared.images:
+            assert isinstance(self.model, SeesImages)
+            positions += sum(self.model.image_positions(image) for image in prepared.images)
+        return prepared, positions
 
     def cancel(self, ticket: Ticket) -> None:
         with self._wake:

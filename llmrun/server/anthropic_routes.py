@@ -18,14 +18,14 @@ from llmrun.api import anthropic
 from llmrun.api import openai as api
 from llmrun.api.anthropic_stream import EventStream
 from llmrun.api.errors import ApiError
-from llmrun.engine.request import Request as EngineRequest
 from llmrun.engine.request import tool_dialect
 from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event
 from llmrun.errors import LlmrunError
+from llmrun.remote.proxy import RemoteProxy
 from llmrun.server import jobs
 from llmrun.server.metrics import Metrics
-from llmrun.server.state import Served, ServerState
+from llmrun.server.state import ServerState
 
 PATHS = ("/v1/messages", "/v1/messages/count_tokens")
 
@@ -63,7 +63,8 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         if served.remote:
             raise ApiError(400, f"{served.name} runs on a remote engine: its tokens are counted there", param="model")
         try:
-            return {"input_tokens": await state.preparing.run(_count, served, asked)}
+            assert not isinstance(served.scheduler, RemoteProxy)
+            return {"input_tokens": await state.preparing.run(served.scheduler.measure, asked)}
         except LlmrunError as exc:
             raise jobs.request_error(exc, api.Call(served.name, (asked,), False, False, None)) from None
 
@@ -71,19 +72,6 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
 def _prompt_tokens(tickets: list[jobs.Handle]) -> int:
     prepared = getattr(tickets[0], "prepared", None) if tickets else None
     return len(prepared.ids) if prepared is not None else 0
-
-
-def _count(served: Served, asked: EngineRequest) -> int:
-    """The prompt tokens ``asked`` stands for, images' positions included (in a worker thread)."""
-    from llmrun.backends.base import SeesImages
-    from llmrun.engine.request import request_ids
-
-    entry = served.scheduler.entry
-    model = entry.model
-    with entry.lock:  # tokenizing shares the model with nothing that decodes in parallel
-        prepared = request_ids(model, entry.templates, asked)  # type: ignore[arg-type]
-        images = sum(model.image_positions(i) for i in prepared.images) if isinstance(model, SeesImages) else 0
-    return len(prepared.ids) + images
 
 
 async def _events(

@@ -15,7 +15,7 @@ from fastapi import Request
 
 from llmrun.api import openai as api
 from llmrun.api.errors import ApiError, explain, worded
-from llmrun.backends.base import ReadsTokens
+from llmrun.backends.base import ReadsTokens, outside_vocabulary
 from llmrun.engine.result import Result
 from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut
 from llmrun.errors import (
@@ -227,7 +227,7 @@ def embed_inputs(embedding: Embedding, call: api.EmbeddingCall) -> tuple[Any, in
             if isinstance(item, tuple):
                 if not isinstance(embedder, ReadsTokens):
                     raise ApiError(400, f"{embedding.name} takes text, not token arrays", param=f"input[{i}]")
-                bad = next((j for j, token in enumerate(item) if token >= embedder.vocab_size), None)
+                bad = outside_vocabulary(item, embedder.vocab_size)
                 if bad is not None:
                     message = (
                         f"input[{i}][{bad}] is token id {item[bad]}, which is not in {embedding.name}'s vocabulary "

