@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmrun import __version__
 from llmrun.api.errors import ApiError
-from llmrun.server import anthropic_routes, look_routes, ollama_routes, openai_routes, web
+from llmrun.server import anthropic_routes, look_routes, ollama_routes, openai_routes, responses_routes, web
 from llmrun.server.errors import error_response
 from llmrun.server.guard import Guard, Policy
 from llmrun.server.metrics import Metrics
@@ -106,6 +106,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     openai_routes.add_routes(app, state, metrics)
     anthropic_routes.add_routes(app, state, metrics)
+    responses_routes.add_routes(app, state, metrics)
     ollama_routes.add_routes(app, state, metrics)
     look_routes.add_routes(app, state)
     if state.config.ui:
@@ -133,6 +134,7 @@ KNOWN = frozenset(
         "/v1/embeddings",
         look_routes.PATH,
         *anthropic_routes.PATHS,
+        *responses_routes.PATHS,
         "/",
         *(
             f"/api/{name}"
