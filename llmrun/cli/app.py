@@ -117,12 +117,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": (
         "serve",
         "serve",
-        "Serve the OpenAI API (/v1: chat completions, completions, embeddings, models) and Ollama's (/api).",
+        "Serve the OpenAI API (/v1: chat, responses, completions, embeddings), Anthropic's and Ollama's (/api).",
     ),
     "launch": (
         "launch",
         "launch",
-        "Run a coding agent (Claude Code) on a local model: llmrun serves it, the agent talks to it.",
+        "Run a coding agent (Claude Code, Codex CLI) on a local model: llmrun serves it, the agent talks to it.",
     ),
     "tokenize": ("inspect", "tokenize", "Show how a model splits text into tokens: ids, pieces, counts."),
     "next": (

@@ -1,13 +1,15 @@
-"""``llmrun launch claude``: a coding agent on a local model.
+"""``llmrun launch claude|codex``: a coding agent on a local model.
 
 Starts ``llmrun serve`` with the model on a free loopback port, behind a key made for this launch (so no
-other program on the machine can use the server meanwhile), runs the agent with its environment pointing
-at it, and stops the server when the agent exits, with the agent's exit code. Nothing of the agent's own
-configuration is read or written: only its environment is set.
+other program on the machine can use the server meanwhile), runs the agent pointing at it, and stops the
+server when the agent exits, with the agent's exit code. Nothing of the agent's own configuration is
+written: Claude Code gets its environment (the Anthropic Messages API), Codex CLI ``-c`` overrides on its
+command line (a model provider on the Responses API) and the key in an environment variable.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -32,8 +34,12 @@ class Agent:
 
 
 MAX_CTX = 32768
-AGENTS = {"claude": Agent("claude", "@anthropic-ai/claude-code", "Claude Code")}
-LATER = {"codex": "Codex CLI speaks OpenAI's Responses API, which llmrun does not serve yet"}
+AGENTS = {
+    "claude": Agent("claude", "@anthropic-ai/claude-code", "Claude Code"),
+    "codex": Agent("codex", "@openai/codex", "Codex CLI"),
+}
+KEY_VARIABLE = "LLMRUN_LAUNCH_KEY"  # where Codex CLI reads the launch's key (its provider's env_key)
+PROVIDER = "llmrun-launch"
 OFFLINE = {  # what the agent sends beyond the model: telemetry, error reports, update checks, side calls
     "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
@@ -57,8 +63,25 @@ def agent_env(base: dict[str, str], url: str, key: str, model: str) -> dict[str,
     }
 
 
+def codex_args(url: str, model: str, ctx: int) -> list[str]:
+    """Codex CLI's ``-c`` overrides: llmrun as a model provider on the Responses API, the model and its
+    context, no update check or analytics (pure; they go before any subcommand, such as ``exec``)."""
+    provider = f'{{ name = "llmrun", base_url = "{url}/v1", env_key = "{KEY_VARIABLE}", wire_api = "responses" }}'
+    settings = [
+        f"model_providers.{PROVIDER}={provider}",
+        f"model_provider={PROVIDER}",
+        f"model={json.dumps(model)}",
+        f"model_context_window={ctx}",
+        "check_for_update_on_startup=false",
+        "analytics.enabled=false",
+    ]
+    return [part for setting in settings for part in ("-c", setting)]
+
+
 def launch(
-    agent: Annotated[str, typer.Argument(help="The agent to run: claude (Claude Code).", show_default=False)],
+    agent: Annotated[
+        str, typer.Argument(help="The agent to run: claude (Claude Code) or codex (Codex CLI).", show_default=False)
+    ],
     arguments: Annotated[
         list[str] | None, typer.Argument(help="The agent's own arguments, after --.", show_default=False)
     ] = None,
@@ -92,18 +115,19 @@ def launch(
       llmrun launch claude -m qwen3-coder:30b
 
       llmrun launch claude -m smollm2:135m -- -p "Say hi."
+
+      llmrun launch codex -m gemma3:270m -- exec "Say hi."
     """
     found = AGENTS.get(agent)
     if found is None:
-        why = LATER.get(agent, f"llmrun knows no agent {agent!r}")
-        raise UsageError(why, f"agents llmrun launches: {', '.join(AGENTS)}")
+        raise UsageError(f"llmrun knows no agent {agent!r}", f"agents llmrun launches: {', '.join(AGENTS)}")
     binary = shutil.which(found.binary)
     if binary is None:
         raise UsageError(
             f"{found.name} is not installed ({found.binary} is not on PATH)", f"npm install -g {found.package}"
         )
     name = model or _default_chat()
-    code = _run(binary, name, ctx or _trained(name), list(arguments or ()))
+    code = _run(found, binary, name, ctx or _trained(name), list(arguments or ()))
     raise typer.Exit(code)
 
 
@@ -128,7 +152,7 @@ def _trained(model: str) -> int:
     return min(int(header.arch_value("context_length") or 4096), MAX_CTX)
 
 
-def _run(binary: str, model: str, ctx: int, arguments: list[str]) -> int:
+def _run(agent: Agent, binary: str, model: str, ctx: int, arguments: list[str]) -> int:
     """The server started, the agent run to its end, the server stopped: the agent's exit code."""
     from llmrun.cli import render
 
@@ -149,9 +173,12 @@ def _run(binary: str, model: str, ctx: int, arguments: list[str]) -> int:
                 _wait(url, server, log)
             served = _served_name(url, key)
             render.note(f"{model} served at {url} for this launch; starting the agent")
-            return subprocess.run(
-                [binary, "--model", served, *arguments], env=agent_env(dict(os.environ), url, key, served)
-            ).returncode
+            if agent.binary == "codex":
+                command = [binary, *codex_args(url, served, ctx), *arguments]
+                env = {**os.environ, KEY_VARIABLE: key}
+            else:
+                command, env = [binary, "--model", served, *arguments], agent_env(dict(os.environ), url, key, served)
+            return subprocess.run(command, env=env).returncode
         finally:
             server.terminate()
             try:

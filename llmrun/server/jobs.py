@@ -214,6 +214,7 @@ def tally(metrics: Metrics, result: Result, started: float) -> None:
     if result.finish_reason == "time":
         metrics.timed_out.inc()
     metrics.prompt_tokens.inc(result.prompt_tokens)
+    metrics.cached_prompt_tokens.inc(result.cached_tokens)
     metrics.generated_tokens.inc(result.generated_tokens)
     metrics.latency.observe(time.monotonic() - started)
 

@@ -13,6 +13,9 @@ class Metrics:
         )
         self.prompt_tokens = Counter("llmrun_prompt_tokens", "Prompt tokens evaluated", registry=self.registry)
         self.generated_tokens = Counter("llmrun_generated_tokens", "Tokens generated", registry=self.registry)
+        self.cached_prompt_tokens = Counter(
+            "llmrun_cached_prompt_tokens", "Prompt tokens read from the prefix cache", registry=self.registry
+        )
         self.time_to_first_token = Histogram(
             "llmrun_time_to_first_token_seconds",
             "From the request to its first token",

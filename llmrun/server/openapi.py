@@ -1,5 +1,5 @@
-"""The server's OpenAPI description (``GET /openapi.json``): every route, OpenAI's, Ollama's and Anthropic's
-(:mod:`~llmrun.server.openapi_anthropic`), with
+"""The server's OpenAPI description (``GET /openapi.json``): every route, OpenAI's (the Responses API's in
+:mod:`~llmrun.server.openapi_responses`), Ollama's and Anthropic's (:mod:`~llmrun.server.openapi_anthropic`), with
 request bodies as the server checks them and responses as it answers (pure).
 
 Built per request from what the server runs now (the model names it answers to, the longest
@@ -16,7 +16,7 @@ from llmrun.api.limits import MAX_STOP
 from llmrun.api.openai import MAX_TOP_LOGPROBS, REASONING_EFFORTS, Limits
 from llmrun.decoding.sampling import MAX_SEED
 from llmrun.prompt.template import OWN_VARIABLES
-from llmrun.server import openapi_anthropic
+from llmrun.server import openapi_anthropic, openapi_responses
 
 JSON = "application/json"
 Schema = dict[str, Any]
@@ -352,6 +352,7 @@ def describe(names: Sequence[str], limits: Limits, version: str) -> dict[str, An
         ),
         **_ollama(served),
         **openapi_anthropic.paths(served),
+        **openapi_responses.paths(served),
     }
     limits_info = {"max_tokens": limits.max_tokens, "request_timeout_s": limits.request_timeout_s}
     info = {"title": "llmrun", "version": version, "x-llmrun-limits": limits_info}  # the operator's bounds

@@ -21,12 +21,13 @@ pytestmark = pytest.mark.slow
 LAUNCH = [sys.executable, "-m", "llmrun", "launch", "claude", "-m", "smollm2:135m", "--"]
 
 
-def test_an_agent_llmrun_cannot_serve_yet_or_a_missing_one_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    code, _, err = invoke(["launch", "codex"])
-    assert code == 2 and "Responses API" in err and "Traceback" not in err
+def test_an_unknown_agent_or_a_missing_one_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = invoke(["launch", "aider"])
+    assert code == 2 and "claude, codex" in err and "Traceback" not in err
     monkeypatch.setenv("PATH", "/nonexistent")
-    code, _, err = invoke(["launch", "claude"])
-    assert code == 2 and "npm install -g @anthropic-ai/claude-code" in err and len(err.strip().splitlines()) == 1
+    for agent, package in (("claude", "@anthropic-ai/claude-code"), ("codex", "@openai/codex")):
+        code, _, err = invoke(["launch", agent])
+        assert code == 2 and f"npm install -g {package}" in err and len(err.strip().splitlines()) == 1
 
 
 def test_claude_code_runs_on_the_model_launch_serves(tmp_path: Path) -> None:
@@ -58,3 +59,37 @@ def test_claude_code_runs_on_the_model_launch_serves(tmp_path: Path) -> None:
     assert found is not None, done.stderr
     with pytest.raises(httpx.ConnectError):  # the server launch started stopped with the agent
         httpx.get(found.group(1) + "/health", timeout=5)
+
+
+def test_codex_runs_on_the_model_launch_serves(tmp_path: Path) -> None:
+    """Codex CLI set up for a small model (docs/agents.md) through launch's own provider settings: nothing
+    written to its config (its CODEX_HOME holds no config.toml after), an answer, exit 0."""
+    try:
+        codex = agents.installed(_machine_cache(), agents.CODEX, "codex")
+    except agents.Unavailable as exc:
+        pytest.fail(str(exc))
+    env = serving.hermetic_env(tmp_path)
+    Path(env["LLMRUN_CONFIG_DIR"]).mkdir(parents=True)
+    (Path(env["LLMRUN_CONFIG_DIR"]) / "models.toml").write_text(agents.GREEDY_SMOLLM)
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = {**agents.codex_env(env, home, "unused"), "PATH": f"{codex.parent}{os.pathsep}{env['PATH']}"}
+    instructions = home / "instructions.md"
+    instructions.write_text("You are a helpful assistant. Answer briefly.\n")
+    small = [*agents.CODEX_SMALL, "-c", f"model_instructions_file={json.dumps(str(instructions))}"]
+    asked = ["exec", "--skip-git-repo-check", "--json", "Write a haiku about the sea."]
+    done = subprocess.run(
+        [sys.executable, "-m", "llmrun", "launch", "codex", "-m", "smollm2:135m", "--", *small, *asked],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    answers = [e["item"]["text"] for e in events if e.get("type") == "item.completed" and "text" in e["item"]]
+    assert answers and answers[-1].strip(), done.stdout[-2000:]
+    assert not (home / ".codex" / "config.toml").exists()
