@@ -28,6 +28,7 @@ from llmrun.server.metrics import Metrics
 from llmrun.server.state import ServerState
 
 PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+SKIPPED_HEADER = "llmrun-skipped-tools"  # the server tools left out of the prompt (they run at Anthropic)
 
 
 def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
@@ -40,6 +41,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         engine_call = api.Call(call.model, (call.request,), call.stream, False, None)
         queue, tickets = await jobs.submit(state, served, engine_call)
         ident = anthropic.new_id()
+        skipped = {SKIPPED_HEADER: ", ".join(call.skipped_tools)} if call.skipped_tools else {}
         if call.stream:
             from sse_starlette import EventSourceResponse
 
@@ -47,13 +49,13 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
             stream = EventStream(call, ident, served.name, dialect, _prompt_tokens(tickets))
             events = _events(queue, tickets, engine_call, stream, metrics, started)
             return EventSourceResponse(
-                events, ping=15, headers={"Cache-Control": "no-cache"}, shutdown_grace_period=2.0
+                events, ping=15, headers={"Cache-Control": "no-cache", **skipped}, shutdown_grace_period=2.0
             )
         try:
             [result] = await jobs.gather(request, queue, tickets, engine_call, metrics, started)
         except jobs.ClientGone:
             return Response(status_code=499)
-        return JSONResponse(anthropic.message_body(result, ident, served.name, call.stop_sequences))
+        return JSONResponse(anthropic.message_body(result, ident, served.name, call.stop_sequences), headers=skipped)
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> dict[str, Any]:

@@ -207,6 +207,7 @@ def test_a_body_as_claude_code_sends_it_is_answered(url: str, model: str) -> Non
     answer = response.json()
     assert answer["stop_reason"] in ("end_turn", "max_tokens", "tool_use") and answer["content"]
     assert answer["usage"]["output_tokens"] <= 2048  # cut at the server's --max-tokens, not refused
+    assert response.headers["llmrun-skipped-tools"] == "web_search"  # the server tool left out, and said so
     streamed = httpx.post(url + "/v1/messages", json={**body, "stream": True}, headers=headers, timeout=300)
     events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
     assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
