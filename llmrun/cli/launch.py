@@ -40,6 +40,7 @@ AGENTS = {
 }
 KEY_VARIABLE = "LLMRUN_LAUNCH_KEY"  # where Codex CLI reads the launch's key (its provider's env_key)
 PROVIDER = "llmrun-launch"
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 OFFLINE = {  # what the agent sends beyond the model: telemetry, error reports, update checks, side calls
     "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
@@ -166,7 +167,7 @@ def _run(agent: Agent, binary: str, model: str, ctx: int, arguments: list[str]) 
         command = [sys.executable, "-m", "llmrun", "serve", "-m", model, "--ctx", str(ctx), "--port", str(port)]
         command += ["--parallel", "1", "--api-key-file", str(key_file), "--no-ui"]
         with log.open("wb") as out:
-            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_dies_with_parent)
         try:
             url = f"http://127.0.0.1:{port}"
             with render.status(f"Loading {model}…"):
@@ -185,6 +186,16 @@ def _run(agent: Agent, binary: str, model: str, ctx: int, arguments: list[str]) 
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def _dies_with_parent() -> None:
+    """In the server's process before it starts: on Linux, SIGTERM when launch dies, however it dies (killed
+    included), so no server is left holding the cores after an agent session."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:

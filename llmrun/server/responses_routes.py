@@ -111,16 +111,14 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics, store: Respon
             raise ApiError(404, f"No response found with id {ident!r}.", param="response_id", code="not_found")
         return record
 
-    @app.get("/v1/responses/{ident}")
-    async def retrieve(ident: str) -> dict[str, Any]:
+    @app.api_route("/v1/responses/{ident}", methods=["GET", "DELETE"])  # one route: a 405 names both methods
+    async def stored(ident: str, request: Request) -> dict[str, Any]:
+        if request.method == "DELETE":
+            if not await asyncio.to_thread(kept.delete, ident):
+                raise ApiError(404, f"No response found with id {ident!r}.", param="response_id", code="not_found")
+            return {"id": ident, "object": "response.deleted", "deleted": True}
         response: dict[str, Any] = (await found(ident))["response"]
         return response
-
-    @app.delete("/v1/responses/{ident}")
-    async def delete(ident: str) -> dict[str, Any]:
-        if not await asyncio.to_thread(kept.delete, ident):
-            raise ApiError(404, f"No response found with id {ident!r}.", param="response_id", code="not_found")
-        return {"id": ident, "object": "response.deleted", "deleted": True}
 
     @app.get("/v1/responses/{ident}/input_items")
     async def input_items(ident: str, request: Request) -> dict[str, Any]:

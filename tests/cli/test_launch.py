@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -93,3 +94,42 @@ def test_codex_runs_on_the_model_launch_serves(tmp_path: Path) -> None:
     answers = [e["item"]["text"] for e in events if e.get("type") == "item.completed" and "text" in e["item"]]
     assert answers and answers[-1].strip(), done.stdout[-2000:]
     assert not (home / ".codex" / "config.toml").exists()
+
+
+def test_a_killed_launch_leaves_no_server_behind(tmp_path: Path) -> None:
+    """launch killed outright (SIGKILL: no cleanup of its own runs) while its agent runs: the server it started
+    goes too, instead of holding the cores."""
+    env = serving.hermetic_env(tmp_path)
+    Path(env["LLMRUN_CONFIG_DIR"]).mkdir(parents=True)
+    (Path(env["LLMRUN_CONFIG_DIR"]) / "models.toml").write_text(agents.GREEDY_SMOLLM)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "claude").write_text("#!/bin/sh\nsleep 300\n")  # an agent that runs until stopped
+    (fake / "claude").chmod(0o755)
+    env = {**env, "PATH": f"{fake}{os.pathsep}{env['PATH']}"}
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "llmrun", "launch", "claude", "-m", "smollm2:135m"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert launch.stderr is not None
+    line = ""
+    while "served at" not in line:
+        line = launch.stderr.readline()
+        assert line or launch.poll() is None, "launch ended before serving"
+    url = re.search(r"(http://127\.0\.0\.1:\d+)", line).group(1)  # type: ignore[union-attr]
+    assert httpx.get(url + "/health", timeout=5).status_code == 200
+    launch.kill()
+    launch.wait()
+    for _ in range(100):
+        try:
+            httpx.get(url + "/health", timeout=1)
+        except httpx.ConnectError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the server outlived the launch that started it")
+    subprocess.run(["pkill", "-f", str(fake / "claude")], check=False)

@@ -199,7 +199,7 @@ def test_codex_with_its_whole_prompt_and_tools(codex: Path, served: Any, tmp_pat
         start_new_session=True,
     )
     try:
-        out, err = process.communicate(timeout=90)
+        out, err = process.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGTERM)
         out, err = process.communicate(timeout=30)

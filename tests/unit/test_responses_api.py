@@ -189,3 +189,16 @@ def test_streamed_calls_are_items_whose_arguments_arrive_as_generated() -> None:
     response = events[-1][1]["response"]
     assert response["output"][0]["call_id"] == added["call_id"] and response["output"][0]["name"] == "get_weather"
     assert json.loads(response["output"][0]["arguments"]) == {"city": "Paris"}
+
+
+def test_an_error_mid_stream_is_an_error_event_then_response_failed() -> None:
+    stream = EventStream(parse(stream=True), "resp_1", "m", 0)
+    events = stream.start() + stream.token(Token(1, "Hel"))
+    events += stream.failed({"code": "context_length_exceeded", "message": "the context is full", "param": "input"})
+    assert [name for name, _ in events[-2:]] == ["error", "response.failed"]
+    error, failed = events[-2][1], events[-1][1]["response"]
+    assert error["code"] == "context_length_exceeded" and error["sequence_number"] == len(events) - 2
+    assert failed["status"] == "failed" and failed["error"] == {
+        "code": "context_length_exceeded",
+        "message": "the context is full",
+    }
