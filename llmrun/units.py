@@ -1,6 +1,8 @@
-"""Sizes as people read them."""
+"""Sizes and durations as people write them."""
 
 from __future__ import annotations
+
+import re
 
 from llmrun.errors import UsageError
 
@@ -28,3 +30,30 @@ def parse_size(text: str) -> int:
     if not number >= 0 or number == float("inf"):
         raise UsageError(f"not a size: {text!r}", "give bytes or a size like 512M or 4G")
     return int(number * factor)
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration(value: str | float) -> float | None:
+    """A keep-alive as Ollama reads it: a number of seconds, or a Go duration (``5m``, ``1h30m``, ``300ms``);
+    negative means forever (None). Anything else is a ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip()
+        sign = -1.0 if text.startswith("-") else 1.0
+        body = text.lstrip("+-")
+        try:
+            seconds = float(text)  # "300", "-1": seconds
+        except ValueError:
+            parts = _DURATION.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                raise ValueError(f"not a duration: {value!r}") from None
+            seconds = sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds != seconds or seconds == float("inf"):
+        raise ValueError(f"not a duration: {value!r}")
+    return None if seconds < 0 else seconds

@@ -181,7 +181,7 @@ def parse_generate(body: Any, defaults: SamplingParams, max_tokens: int = -1) ->
         think=think,
         template_kwargs=variables,
     )
-    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
+    return OllamaCall(model, request, _stream(body), keep_alive(body.get("keep_alive")))
 
 
 def parse_chat(body: Any, defaults: SamplingParams, max_tokens: int = -1) -> OllamaCall:
@@ -204,14 +204,37 @@ def parse_chat(body: Any, defaults: SamplingParams, max_tokens: int = -1) -> Oll
         think=think,
         template_kwargs=variables,
     )
-    return OllamaCall(model, request, _stream(body), _keep_alive(body.get("keep_alive")))
+    return OllamaCall(model, request, _stream(body), keep_alive(body.get("keep_alive")))
 
 
-def _keep_alive(value: Any) -> Any:
-    """Ollama's keep_alive: a duration ("5m") or seconds; the server's own --keep-alive applies."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, str | int | float)):
-        raise OllamaError(400, 'keep_alive must be a duration ("5m") or a number of seconds')
-    return value
+def lifecycle(body: Any, *, chat: bool) -> tuple[str, float | str | None] | None:
+    """Ollama's load and unload forms: a request with no prompt (or no messages) loads the model, or, with
+    ``keep_alive: 0``, unloads it — ``("load" | "unload", keep_alive)``; None for a request to answer."""
+    if not isinstance(body, dict):
+        return None
+    field = body.get("messages") if chat else body.get("prompt")
+    if field not in (None, "", []):
+        return None
+    keep = keep_alive(body.get("keep_alive"))
+    return ("unload" if keep == 0 else "load"), keep
+
+
+def keep_alive(value: Any) -> float | str | None:
+    """Ollama's keep_alive: how long the model stays loaded after this request — a duration ("5m", "1h30m") or
+    seconds; 0 unloads it at once, a negative value keeps it forever (None); absent: ``"default"`` (the
+    server's --keep-alive)."""
+    from llmrun.units import parse_duration
+
+    if value is None:
+        return "default"
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(value)
+        return parse_duration(value)
+    except ValueError:
+        raise OllamaError(
+            400, f'keep_alive must be a duration ("5m", "1h") or a number of seconds, not {value!r}'
+        ) from None
 
 
 SHOW_FIELDS = {"model", "name", "verbose"}

@@ -42,7 +42,7 @@ SAMPLING = {
     "repetition_penalty": "repeat_penalty",  # vLLM's name for it
     "repeat_last_n": "repeat_last_n",  # llama-server's
 }
-COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "user", *SAMPLING}
+COMMON = {"model", "stream", "stream_options", "n", "stop", "max_tokens", "user", "keep_alive", *SAMPLING}
 CHAT_FIELDS = COMMON | {
     "messages",
     "max_completion_tokens",
@@ -94,6 +94,7 @@ class Call:
     include_usage: bool
     logprobs: int | None  # None: not asked; else the alternatives per token
     n: int = 1  # choices per prompt: requests are each prompt's n choices in turn
+    keep_alive: float | str | None = "default"  # llmrun's field, as Ollama's: seconds, None (forever), "default"
 
 
 def _check_fields(body: Any, allowed: set[str]) -> dict[str, Any]:
@@ -185,6 +186,22 @@ def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
 
 def _user(body: dict[str, Any]) -> None:
     _typed(body, "user", str, "a string")
+
+
+def keep_alive(body: dict[str, Any]) -> float | str | None:
+    """llmrun's ``keep_alive`` (Ollama's meaning): how long the model stays loaded after this request — a
+    duration ("5m") or seconds, 0 unloads it after the answer, negative keeps it; absent: the server's."""
+    from llmrun.units import parse_duration
+
+    value = body.get("keep_alive")
+    if value is None:
+        return "default"
+    try:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(value)
+        return parse_duration(value)
+    except ValueError:
+        raise bad_field("keep_alive", 'keep_alive must be a duration ("5m", "1h") or a number of seconds') from None
 
 
 def _seeded(params: SamplingParams, index: int) -> SamplingParams:
@@ -342,7 +359,7 @@ def parse_chat(body: Any, defaults: SamplingParams, limits: Limits) -> Call:
         )
     except InvalidParameter as exc:
         raise bad_field(exc.name, worded(exc.message)) from None
-    return Call(body["model"], requests, stream, include_usage, alternatives, n)
+    return Call(body["model"], requests, stream, include_usage, alternatives, n, keep_alive(body))
 
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
@@ -409,7 +426,7 @@ def parse_completion(body: Any, defaults: SamplingParams, limits: Limits) -> Cal
         for p in prompts
         for i in range(n)
     )
-    return Call(body["model"], requests, stream, include_usage, logprobs, n)
+    return Call(body["model"], requests, stream, include_usage, logprobs, n, keep_alive(body))
 
 
 # --- responses ------------------------------------------------------------------------

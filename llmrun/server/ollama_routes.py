@@ -49,8 +49,28 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
 
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
-        loaded = [s.name for s in state.served()] + [e.name for e in state.embeddings()]
-        return {"models": [{**_card(state, name), "expires_at": _expires(state), "size_vram": 0} for name in loaded]}
+        models = [_running(state, served) for served in state.served()]
+        models += [{**_card(state, e.name), "expires_at": _expires(None), "size_vram": 0} for e in state.embeddings()]
+        return {"models": models}
+
+    async def lifecycle(body: Any, *, chat: bool) -> Response | None:
+        """Ollama's load and unload forms (an empty prompt or messages); None for a request to answer."""
+        form = ollama.lifecycle(body, chat=chat)
+        if form is None:
+            return None
+        kind, keep = form
+        if kind == "load":
+            served = await _served(state, body)
+            state.keep(served, keep)
+            head = _head(served)
+        else:
+            name = state.untagged(ollama.model_name(body))
+            if name not in state.names() and not in_ollama(name):
+                raise ollama.OllamaError(404, f"model {name!r} not found")
+            await state.loading.run(state.unload, name)
+            head = {"model": name, "created_at": ollama.created_at()}
+        answer = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
+        return JSONResponse({**head, **answer, "done": True, "done_reason": kind})
 
     @app.post("/api/show")
     async def show(request: Request) -> Response:
@@ -65,18 +85,24 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     async def generate(request: Request) -> Response:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
+        formed = await lifecycle(body, chat=False)
+        if formed is not None:
+            return formed
         served = await _served(state, body)
         call = ollama.parse_generate(body, served.defaults, state.limits(served).max_tokens)
-        if call.request.prompt == "":  # Ollama: an empty prompt loads the model and answers at once
-            return JSONResponse({**_head(served), "response": "", "done": True, "done_reason": "load"})
+        state.keep(served, call.keep_alive)
         return await _answer(request, state, served, call, metrics, started, chat=False)
 
     @app.post("/api/chat")
     async def chat(request: Request) -> Response:
         started = time.monotonic()
         body = await jobs.json_body(request, state.config.max_body_bytes)
+        formed = await lifecycle(body, chat=True)
+        if formed is not None:
+            return formed
         served = await _served(state, body)
         call = ollama.parse_chat(body, served.defaults, state.limits(served).max_tokens)
+        state.keep(served, call.keep_alive)
         return await _answer(request, state, served, call, metrics, started, chat=True)
 
     @app.post("/api/pull")
@@ -285,10 +311,37 @@ def _card(state: ServerState, name: str) -> dict[str, Any]:
     }
 
 
-def _expires(state: ServerState) -> str:
-    keep = state.config.keep_alive
-    horizon = time.time() + (keep if keep is not None else 10 * 365 * 24 * 3600)
+def _expires(seconds: float | None) -> str:
+    """When a model is unloaded if nothing asks for it (Ollama's ``expires_at``; forever: years from now)."""
+    horizon = time.time() + (seconds if seconds is not None else 10 * 365 * 24 * 3600)
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(horizon))
+
+
+def _running(state: ServerState, served: Served) -> dict[str, Any]:
+    """A loaded model as Ollama's /api/ps lists it, with its memory (the plan's: weights + KV at its slots +
+    overhead), context, and llmrun's slots."""
+    from llmrun.formats.memory import plan as memory_plan
+
+    scheduler = served.scheduler
+    size = 0
+    if not served.remote:
+        run_plan = scheduler.entry.plan
+        slots = scheduler.parallel if scheduler.batching else 1
+        size = memory_plan(run_plan.header, served.n_ctx * slots, run_plan.load.kv_type).total_bytes
+    return {
+        **_card(state, served.name),
+        "size": size,
+        "size_vram": 0,
+        "expires_at": _expires(state.expires_in(served)),
+        "context_length": served.n_ctx,
+        "llmrun": {
+            "slots": scheduler.parallel if scheduler.batching else 1,
+            "busy": scheduler.busy,
+            "queued": scheduler.queued,
+            "keep_alive": served.keep_alive,
+            "remote": served.remote,
+        },
+    }
 
 
 def _show(served: Served | None) -> dict[str, Any]:

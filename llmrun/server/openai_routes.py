@@ -55,6 +55,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
             parse(with_placeholders(body), served.defaults, state.limits(served))  # the whole body checked first
             body = await fetch_images(body, state.config.image_urls, served.name, jobs.sees_images(served))
         call = parse(body, served.defaults, state.limits(served))
+        state.keep(served, call.keep_alive)
         return await _complete(request, state, served, call, metrics, chat=chat)
 
     @app.post("/v1/chat/completions")

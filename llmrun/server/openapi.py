@@ -111,6 +111,7 @@ def _sampling(limits: Limits) -> dict[str, Schema]:
         ),
         "n": integer(1, limits.max_n),
         "user": nullable({"type": "string"}),
+        "keep_alive": nullable({"anyOf": [{"type": "string"}, {"type": "number"}]}),  # llmrun's (Ollama's meaning)
     }
 
 

@@ -92,6 +92,7 @@ def paths(names: Sequence[str]) -> dict[str, Any]:
         "max_output_tokens": _nullable({"type": "integer", "minimum": 16}),
         "temperature": _nullable({"type": "number", "minimum": 0, "maximum": 2}),
         "top_p": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+        "keep_alive": _nullable({"anyOf": [{"type": "string"}, {"type": "number"}]}),  # llmrun's
     }
     stored = {"200": {"description": "ok", "content": {JSON: {"schema": RESPONSE}}}, **_errors((404,))}
     return {

@@ -59,6 +59,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics, store: Respon
         served = await jobs.served_model(state, body)
         before = await earlier(body)
         call = responses.parse_create(body, served.defaults, state.limits(served), before, jobs.sees_images(served))
+        state.keep(served, call.keep_alive)
         engine_call = api.Call(call.model, (call.request,), call.stream, False, None)
         try:
             queue, tickets = await jobs.submit(state, served, engine_call)

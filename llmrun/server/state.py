@@ -79,6 +79,8 @@ class Served:
     scheduler: Scheduler | RemoteProxy  # (a proxy: a models.toml entry whose engine is elsewhere)
     defaults: SamplingParams
     n_ctx: int
+    keep_alive: float | None = None  # seconds it stays loaded after its last request (None: forever): the
+    # latest request's keep_alive, else the server's --keep-alive
 
     @property
     def remote(self) -> bool:
@@ -243,7 +245,8 @@ class ServerState:
         if run_plan.backend == "remote":  # a proxy: the engine there renders, schedules and batches
             entry = self.engine.load(run_plan)
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)
-            return Served(self.public_name(run_plan.model.name), proxy, run_plan.sampling, run_plan.load.n_ctx)
+            public = self.public_name(run_plan.model.name)
+            return Served(public, proxy, run_plan.sampling, run_plan.load.n_ctx, self.config.keep_alive)
         forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
         for warning in [*run_plan.warnings, *([forced] if forced else [])]:
             log.warning("%s: %s", name, worded(warning))
@@ -260,20 +263,40 @@ class ServerState:
         served_as = name if run_plan.model.foreign and not name.startswith(("ollama:", "lmstudio:")) else None
         if name in self._given.values():
             served_as = self.public_name(name)
-        return Served(served_as or run_plan.model.name, scheduler, run_plan.sampling, run_plan.load.n_ctx)
+        public = served_as or run_plan.model.name
+        return Served(public, scheduler, run_plan.sampling, run_plan.load.n_ctx, self.config.keep_alive)
+
+    def keep(self, served: Served, keep_alive: float | str | None) -> None:
+        """How long ``served`` stays loaded after this request: seconds, None (forever), or ``"default"``
+        (the server's --keep-alive), as the latest request says (Ollama's rule)."""
+        served.keep_alive = self.config.keep_alive if isinstance(keep_alive, str) else keep_alive
+
+    def expires_in(self, served: Served, now: float | None = None) -> float | None:
+        """Seconds until ``served`` is unloaded if nothing asks for it (None: never)."""
+        if served.keep_alive is None:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, served.keep_alive - (now - served.scheduler.entry.last_used))
+
+    def unload(self, name: str) -> bool:
+        """Unload the model of that name now, or as soon as its requests end: whether it was loaded."""
+        served = self.find(name)
+        if served is None:
+            return False
+        served.keep_alive = 0.0
+        self.expire()
+        return True
 
     def expire(self, now: float | None = None) -> list[str]:
-        """Unload models idle (nothing queued or running) for longer than ``keep_alive``; their names."""
-        keep_alive = self.config.keep_alive
-        if keep_alive is None:
-            return []
+        """Unload models idle (nothing queued or running) for longer than their keep-alive; their names."""
         now = time.monotonic() if now is None else now
         with self._lock:
             idle = [
                 served
                 for served in {id(s): s for s in self._served.values()}.values()
-                if not (served.scheduler.queued or served.scheduler.busy)
-                and now - served.scheduler.entry.last_used > keep_alive
+                if served.keep_alive is not None
+                and not (served.scheduler.queued or served.scheduler.busy)
+                and now - served.scheduler.entry.last_used >= served.keep_alive
             ]
             for key in [k for k, v in self._served.items() if any(v is s for s in idle)]:
                 del self._served[key]  # (in place: the table's makings keep it)

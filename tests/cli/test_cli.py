@@ -341,7 +341,7 @@ def test_doctor_reports_versions_paths_and_problems_with_fixes() -> None:
 
     code, out, err = invoke(["doctor", "--json"])
     report = json.loads(out)
-    assert code == (1 if report["problems"] else 0), err
+    assert code == (1 if any(p["severity"] == "error" for p in report["problems"]) else 0), err  # warnings: 0
     # what it reports is what the libraries themselves say
     assert report["versions"]["llama-cpp-python"] == version("llama-cpp-python") == llama_cpp.__version__
     # a GPU device, not llama_supports_gpu_offload: that one also says yes for a build with the RPC backend alone

@@ -234,3 +234,10 @@ def test_the_quick_starts_build_check_names_what_a_cached_wheel_breaks() -> None
     assert script.missing(rpc=True, amx=False) == []  # the quick start's own build: nothing to do
     assert [m.split()[0:2] for m in script.missing(rpc=False, amx=True)] == [["has", "no"], ["has", "llama.cpp's"]]
     assert script.INCLUDE.is_file() and script.INCLUDE.name == "llama-cpp.cmake"
+
+
+def test_what_only_slows_llmrun_is_a_warning_and_what_stops_it_an_error() -> None:
+    warnings = diagnose(facts(mlx_blas=None, disk_free=GiB // 2, nvidia_gpu=True))
+    assert warnings and {p.severity for p in warnings} == {"warning"}  # doctor exits 0
+    errors = diagnose(facts(registry_error="line 3: bad key", llama_amx_opt_in=True, llama_cpu_features={"AMX_INT8"}))
+    assert errors and {p.severity for p in errors} == {"error"}  # doctor exits 1
