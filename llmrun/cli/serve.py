@@ -11,6 +11,7 @@ import typer
 from llmrun.cli import options as o
 from llmrun.errors import UsageError
 from llmrun.models.endpoint import is_loopback
+from llmrun.units import parse_size
 
 if TYPE_CHECKING:
     from llmrun.server.image_urls import UrlPolicy
@@ -113,6 +114,27 @@ def serve(
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests waiting per model before 503.", rich_help_panel=SERVER)
     ] = 64,
+    max_models: Annotated[
+        int | None,
+        typer.Option(
+            "--max-models",
+            min=1,
+            help="Text models loaded at once; loading another unloads the least recently used idle one.",
+            rich_help_panel=SERVER,
+            show_default=False,
+        ),
+    ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="Memory the loaded models may take, as planned (weights + KV cache + overhead; 8G, 512M); "
+            "past it the least recently used idle model is unloaded. Default: what is free at start, less 1 GiB.",
+            rich_help_panel=SERVER,
+            show_default=False,
+        ),
+    ] = None,
     max_connections: Annotated[
         int,
         typer.Option(
@@ -258,6 +280,8 @@ def serve(
         backend=backend,
         api_key=key,
         keep_alive=_duration(keep_alive),
+        max_models=max_models,
+        max_memory=parse_size(max_memory) if max_memory is not None else None,
         max_queue=max_queue,
         max_connections=max_connections,
         max_tokens=max_tokens,

@@ -22,9 +22,14 @@ def load_defaults() -> dict[str, int]:
     return {"n_threads": default_threads(), "n_gpu_layers": -1 if gpu_offload_supported() else 0}
 
 
+def parallel_memory(run_plan: RunPlan, parallel: int) -> int:
+    """The plan's memory for ``parallel`` sequences of its context each: weights, KV cache, overhead."""
+    return plan(run_plan.header, run_plan.load.n_ctx * parallel, run_plan.load.kv_type).total_bytes
+
+
 def check_parallel_memory(run_plan: RunPlan, parallel: int, available: int, *, force: bool) -> str | None:
     """``parallel`` sequences of the plan's context each: refused when they do not fit (a warning with ``force``)."""
-    total = plan(run_plan.header, run_plan.load.n_ctx * parallel, run_plan.load.kv_type).total_bytes
+    total = parallel_memory(run_plan, parallel)
     if total <= available:
         return None
     message = (

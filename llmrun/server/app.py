@@ -19,7 +19,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmrun import __version__
 from llmrun.api.errors import ApiError
-from llmrun.server import anthropic_routes, look_routes, ollama_routes, openai_routes, responses_routes, web
+from llmrun.server import (
+    anthropic_routes,
+    look_routes,
+    model_routes,
+    ollama_routes,
+    openai_routes,
+    responses_routes,
+    web,
+)
 from llmrun.server.errors import error_response
 from llmrun.server.guard import Guard, Policy
 from llmrun.server.metrics import Metrics
@@ -107,6 +115,7 @@ def create_app(state: ServerState) -> FastAPI:
     openai_routes.add_routes(app, state, metrics)
     anthropic_routes.add_routes(app, state, metrics)
     responses_routes.add_routes(app, state, metrics)
+    model_routes.add_routes(app, state)
     ollama_routes.add_routes(app, state, metrics)
     look_routes.add_routes(app, state)
     if state.config.ui:
@@ -135,6 +144,7 @@ KNOWN = frozenset(
         look_routes.PATH,
         *anthropic_routes.PATHS,
         *responses_routes.PATHS,
+        *model_routes.PATHS,
         "/",
         *(
             f"/api/{name}"

@@ -320,17 +320,10 @@ def _expires(seconds: float | None) -> str:
 def _running(state: ServerState, served: Served) -> dict[str, Any]:
     """A loaded model as Ollama's /api/ps lists it, with its memory (the plan's: weights + KV at its slots +
     overhead), context, and llmrun's slots."""
-    from llmrun.formats.memory import plan as memory_plan
-
     scheduler = served.scheduler
-    size = 0
-    if not served.remote:
-        run_plan = scheduler.entry.plan
-        slots = scheduler.parallel if scheduler.batching else 1
-        size = memory_plan(run_plan.header, served.n_ctx * slots, run_plan.load.kv_type).total_bytes
     return {
         **_card(state, served.name),
-        "size": size,
+        "size": served.memory,
         "size_vram": 0,
         "expires_at": _expires(state.expires_in(served)),
         "context_length": served.n_ctx,

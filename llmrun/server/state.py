@@ -21,7 +21,7 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.core import Engine
 from llmrun.engine.once import MadeOnce
 from llmrun.engine.scheduler import Scheduler
-from llmrun.errors import LlmrunError, ModelNotFound, UsageError
+from llmrun.errors import InsufficientMemory, LlmrunError, ModelNotFound, UsageError
 from llmrun.models.refs import ModelRef
 from llmrun.remote.model import RemoteModel
 from llmrun.remote.proxy import RemoteProxy
@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from llmrun.server.image_urls import UrlPolicy
 
 log = logging.getLogger(__name__)
+LOAD_WAIT_S = 60.0  # how long a load waits for busy models to make room before it is a 503
+SYSTEM_ROOM = 1024**3  # memory left to the system by the default budget
+
+
+def _default_budget() -> int:
+    """The memory the loaded models may take when --max-memory does not say: what is free now, less room for
+    the system."""
+    from llmrun.sysinfo import available_memory
+
+    return max(0, available_memory() - SYSTEM_ROOM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,9 @@ class ServerConfig:
     backend: str = "auto"
     api_key: str | None = None
     keep_alive: float | None = None  # seconds a model stays loaded after its last request (None: forever)
+    max_models: int | None = None  # text models loaded at once (None: as many as the memory budget holds)
+    max_memory: int | None = None  # bytes the loaded models may take, as planned (None: what is free at start
+    # less room for the system)
     max_queue: int = 64  # waiting requests per model before 503
     max_connections: int = 256  # open connections and requests at once before 503 (uvicorn's limit_concurrency)
     max_body_bytes: int = 4 * 1024 * 1024
@@ -81,6 +94,11 @@ class Served:
     n_ctx: int
     keep_alive: float | None = None  # seconds it stays loaded after its last request (None: forever): the
     # latest request's keep_alive, else the server's --keep-alive
+    memory: int = 0  # bytes, as planned: weights + the KV cache at its slots + overhead (0: a remote engine's)
+
+    @property
+    def idle(self) -> bool:
+        return not (self.scheduler.queued or self.scheduler.busy)
 
     @property
     def remote(self) -> bool:
@@ -114,6 +132,8 @@ class ServerState:
             "being prepared (templates rendered, prompts tokenized, images read)", threads=4, queue=4 * config.max_queue
         )
         self.embedding = Workers("waiting for an embedding model", threads=2, queue=config.max_queue)
+        self._reserved: dict[str, int] = {}  # memory of the loads under way, by name
+        self.budget = config.max_memory if config.max_memory is not None else _default_budget()
         self.closing = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -208,7 +228,7 @@ class ServerState:
         ]
 
     def _load(self, name: str) -> Served:
-        from llmrun.engine.load import check_parallel_memory, load_defaults
+        from llmrun.engine.load import check_parallel_memory, load_defaults, parallel_memory
         from llmrun.engine.plan import plan_run
         from llmrun.models.registry import load_registry
         from llmrun.sysinfo import available_memory
@@ -247,10 +267,16 @@ class ServerState:
             proxy = RemoteProxy(entry, self.config.parallel, self.config.max_queue, timeout=self.config.request_timeout)
             public = self.public_name(run_plan.model.name)
             return Served(public, proxy, run_plan.sampling, run_plan.load.n_ctx, self.config.keep_alive)
-        forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
-        for warning in [*run_plan.warnings, *([forced] if forced else [])]:
-            log.warning("%s: %s", name, worded(warning))
-        entry = self.engine.load(run_plan)
+        needed = parallel_memory(run_plan, self.config.parallel)
+        self._make_room(name, needed)
+        try:
+            forced = check_parallel_memory(run_plan, self.config.parallel, available_memory(), force=self.config.force)
+            for warning in [*run_plan.warnings, *([forced] if forced else [])]:
+                log.warning("%s: %s", name, worded(warning))
+            entry = self.engine.load(run_plan)
+        finally:
+            with self._lock:
+                self._reserved.pop(name, None)
         config = self.config
         scheduler = Scheduler(
             entry,
@@ -264,7 +290,46 @@ class ServerState:
         if name in self._given.values():
             served_as = self.public_name(name)
         public = served_as or run_plan.model.name
-        return Served(public, scheduler, run_plan.sampling, run_plan.load.n_ctx, self.config.keep_alive)
+        return Served(public, scheduler, run_plan.sampling, run_plan.load.n_ctx, self.config.keep_alive, needed)
+
+    def _make_room(self, name: str, needed: int) -> None:
+        """Room for a model of ``needed`` bytes within --max-models and the memory budget: the least recently
+        used idle models unloaded until it fits (never one with requests running or queued: while only busy
+        ones stand in the way, the load waits for them, up to :data:`LOAD_WAIT_S`)."""
+        from llmrun.units import format_bytes
+
+        limit = self.config.max_models
+        if needed > self.budget:
+            raise InsufficientMemory(
+                f"{name} needs about {format_bytes(needed)} at {self.config.parallel} slots, more than the "
+                f"{format_bytes(self.budget)} this server may use",
+                "raise --max-memory, or lower --parallel or --ctx",
+            )
+        deadline = time.monotonic() + LOAD_WAIT_S
+        while True:
+            with self._lock:
+                loaded = [s for s in {id(s): s for s in self._served.values()}.values() if s.memory]
+                used = sum(s.memory for s in loaded) + sum(self._reserved.values())
+                count = len(loaded) + len(self._reserved)
+                if used + needed <= self.budget and (limit is None or count < limit):
+                    self._reserved[name] = needed
+                    return
+                idle = sorted((s for s in loaded if s.idle), key=lambda s: s.scheduler.entry.last_used)
+                victim = idle[0] if idle else None
+                if victim is not None:
+                    for key in [k for k, v in self._served.items() if v is victim]:
+                        del self._served[key]
+            if victim is not None:
+                victim.scheduler.close()
+                self.engine.unload(victim.scheduler.entry.name)
+                log.info("unloaded %s to make room for %s (--max-models, --max-memory)", victim.name, name)
+                continue
+            if time.monotonic() > deadline:
+                raise InsufficientMemory(
+                    f"{name} waits for room: the models loaded are all answering requests",
+                    "retry in a moment, or raise --max-models or --max-memory",
+                )
+            time.sleep(0.1)
 
     def keep(self, served: Served, keep_alive: float | str | None) -> None:
         """How long ``served`` stays loaded after this request: seconds, None (forever), or ``"default"``

@@ -117,3 +117,75 @@ def test_llmrun_ps_and_stop(client: ollama.Client, url: str) -> None:
     nobody = llmrun(["ps", "--url", "http://127.0.0.1:9"])
     assert nobody.returncode != 0 and "no server answers" in nobody.stderr and "Traceback" not in nobody.stderr
     assert "no model is loaded" in llmrun(["ps", "--url", url]).stderr
+
+
+# --- several models under a budget ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def three(
+    smollm: Path, gemma_cache: Path, gemma_f16: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, list[str]]]:
+    """SmolLM2, Gemma 3 270M Q4_K_M and Gemma 3 270M F16, under --max-models 2."""
+    env = serving.hermetic_env(tmp_path_factory.mktemp("three"))
+    models = [CHAT, str(gemma_cache), str(gemma_f16)]
+    args = [part for model in models for part in ("-m", model)]
+    with serving.running([*args, "--max-models", "2", "--parallel", "1", "--ctx", "512"], env) as (address, _):
+        yield address, [CHAT, gemma_cache.name, gemma_f16.name]
+
+
+def ask(url: str, model: str, tokens: int = 2) -> dict[str, Any]:
+    body = {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": tokens, "temperature": 0}}
+    answer = httpx.post(url + "/api/generate", json=body, timeout=300)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_the_least_recently_used_idle_model_makes_room(three: tuple[str, list[str]]) -> None:
+    url, (small, q4, f16) = three
+    assert set(loaded(url)) == {q4, f16}  # the third -m model took the first one's place at start
+    ask(url, q4)  # q4 used last: f16 is the least recently used
+    ask(url, small)
+    assert set(loaded(url)) == {q4, small}
+    sizes = {name: model["size"] for name, model in loaded(url).items()}
+    assert all(size > 0 for size in sizes.values())
+
+
+def test_a_model_answering_is_never_unloaded_to_make_room(three: tuple[str, list[str]]) -> None:
+    """A long answer streams from one model while another is asked for: the idle one goes, the busy one stays
+    and finishes its answer whole."""
+    import threading
+
+    url, (small, q4, f16) = three
+    ask(url, small)
+    ask(url, q4)  # q4 is now the most recently used: the busy one will be the least recently used
+    done: dict[str, Any] = {}
+    busy = threading.Thread(target=lambda: done.update(ask(url, small, tokens=200)))
+    busy.start()
+    deadline = time.monotonic() + 30
+    while loaded(url).get(small, {}).get("llmrun", {}).get("busy", 0) == 0:
+        assert time.monotonic() < deadline, "the long answer never started"
+        time.sleep(0.05)
+    ask(url, f16)  # small is the least recently used, but busy: q4 goes instead
+    assert set(loaded(url)) == {small, f16}
+    busy.join(timeout=300)
+    assert done.get("done") is True and done["eval_count"] > 2  # the busy one's answer, whole
+
+
+def test_load_and_unload_over_http(three: tuple[str, list[str]]) -> None:
+    url, (small, *_) = three
+    ask(url, small)
+    unloaded = httpx.post(url + "/llmrun/models/unload", json={"model": small}, timeout=60)
+    assert unloaded.status_code == 200 and unloaded.json()["unloaded"] is True and small not in loaded(url)
+    again = httpx.post(url + "/llmrun/models/unload", json={"model": small}, timeout=60)
+    assert again.status_code == 404 and again.json()["error"]["param"] == "model"
+    made = httpx.post(url + "/llmrun/models/load", json={"model": small, "keep_alive": "2m"}, timeout=300)
+    assert made.status_code == 200 and made.json()["loaded"] is True and small in loaded(url)
+    assert httpx.post(url + "/llmrun/models/load", json={"model": "nope"}, timeout=60).status_code == 404
+
+
+def test_a_budget_too_small_for_one_model_is_one_line_at_start(smollm: Path, tmp_path: Path) -> None:
+    env = serving.hermetic_env(tmp_path)
+    done = llmrun(["serve", "-m", CHAT, "--max-memory", "10M", "--port", "0"], env=env, timeout=120)
+    assert done.returncode != 0 and "needs about" in done.stderr and "--max-memory" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
