@@ -400,6 +400,9 @@ def _run(config: ServerConfig, host: str, port: int, *, warn_open: bool, open_pa
         if not isinstance(s, Served):
             render.note(f"serving {s.name}: embeddings, {s.embedder.dimension} dimensions")
             continue
+        if state.find(s.name) is None:
+            render.note(f"{s.name}: unloaded at start to make room (--max-models, --max-memory); it loads when asked")
+            continue
         if s.remote:
             where = ", ".join(e.url for e in s.scheduler.entry.plan.endpoints)
             render.note(f"serving {s.name}: a proxy to {where}, {config.parallel} in parallel")
