@@ -37,13 +37,13 @@ FINGERPRINT = f"llmrun-{__version__}"
 def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(name) for name in state.names()]}
+        return {"object": "list", "data": [_model_card(state, name) for name in state.names()]}
 
     @app.get("/v1/models/{name:path}")
     async def model(name: str) -> dict[str, Any]:
         if name not in state.names():
             raise ApiError(404, f"model {name!r} is not served here", param="model", code="model_not_found")
-        return _model_card(name)
+        return _model_card(state, name)
 
     async def text(request: Request, *, chat: bool) -> Response:
         body = await jobs.json_body(request, state.config.max_body_bytes)
@@ -86,8 +86,14 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics) -> None:
         )
 
 
-def _model_card(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun"}
+def _model_card(state: ServerState, name: str) -> dict[str, Any]:
+    """OpenAI's model object, and llmrun's word on it: whether it is loaded, its memory and until when."""
+    served = state.find(name)
+    loaded: dict[str, Any] = {"loaded": served is not None}
+    if served is not None:
+        expires = state.expires_in(served)
+        loaded |= {"size": served.memory, "expires_in_s": None if expires is None else round(expires, 1)}
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llmrun", "llmrun": loaded}
 
 
 async def _complete(

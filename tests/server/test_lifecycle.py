@@ -149,6 +149,10 @@ def test_the_least_recently_used_idle_model_makes_room(three: tuple[str, list[st
     assert set(loaded(url)) == {q4, small}
     sizes = {name: model["size"] for name, model in loaded(url).items()}
     assert all(size > 0 for size in sizes.values())
+    cards = {card["id"]: card["llmrun"] for card in httpx.get(url + "/v1/models", timeout=30).json()["data"]}
+    assert (
+        cards[small] == {"loaded": True, "size": sizes[small], "expires_in_s": None} and cards[f16]["loaded"] is False
+    )
 
 
 def test_a_model_answering_is_never_unloaded_to_make_room(three: tuple[str, list[str]]) -> None:
