@@ -49,6 +49,11 @@ class QueueFull(LlmrunError):
     """More requests are waiting than the scheduler accepts (or it is stopping)."""
 
 
+class Unloading(QueueFull):
+    """The model is being unloaded (its keep-alive ran out, or room was made for another): a request that
+    found it a moment before can load it again and retry."""
+
+
 class SequentialDecoder:
     """One request at a time through the backend's own stream (for backends without batching)."""
 
@@ -242,13 +247,15 @@ class Scheduler:
                 "serve a vision model with its projector (`mmproj`)",
             )
         with self.entry.lock:  # tokenization shares the model with nothing that decodes in parallel
+            if self._closing:  # (checked under the entry's lock: an unload waits for it, so the model is there)
+                raise Unloading(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             prepared, positions = self._measured(request)
             n_ctx = self.model.n_ctx if prepared.images else self.n_ctx_seq  # images use the model's own context
             token_budget(positions, n_ctx, request.params)  # a prompt too long fails now
             constraint = request_constraint(self.model, self.entry.templates, request)
         with self._wake:
             if self._closing or not self._thread.is_alive():
-                raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
+                raise Unloading(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
             deadline = time.monotonic() + self.timeout if self.timeout is not None else None
@@ -298,6 +305,17 @@ class Scheduler:
             self._closing = True
             self._wake.notify()
         self._thread.join()
+
+    def stop_if_idle(self) -> bool:
+        """Stop taking requests if none is waiting or running, in one step with :meth:`submit`'s own check (a
+        request queued a moment before keeps the model; one coming after is told it is being unloaded).
+        :meth:`close` then finishes the stop."""
+        with self._wake:
+            if self._waiting or self._running:
+                return False
+            self._closing = True
+            self._wake.notify()
+            return True
 
     # --- the scheduler's thread ------------------------------------------------------------
     def _loop(self) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmrun.engine.scheduler import QueueFull, TimedOut
+from llmrun.engine.scheduler import QueueFull, TimedOut, Unloading
 from llmrun.errors import LlmrunError, ShuttingDown
 from llmrun.remote.model import RemoteModel
 
@@ -76,7 +76,7 @@ class RemoteProxy:
     def submit(self, request: Request, sink: Sink) -> ProxyTicket:
         with self._lock:
             if self._closing:
-                raise QueueFull(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
+                raise Unloading(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")
             if len(self._waiting) >= self.max_queue:
                 raise QueueFull(f"{len(self._waiting)} requests are waiting", "retry in a moment")
             deadline = time.monotonic() + self.timeout if self.timeout is not None else None
@@ -91,6 +91,14 @@ class RemoteProxy:
             ticket.cancelled = True
             if ticket in self._waiting:
                 self._waiting.remove(ticket)
+
+    def stop_if_idle(self) -> bool:
+        """Stop taking requests if none is waiting or running (see :meth:`Scheduler.stop_if_idle`)."""
+        with self._lock:
+            if self._waiting or self._running:
+                return False
+            self._closing = True
+            return True
 
     def close(self) -> None:
         """Stop: requests waiting or running get an error event; running streams are closed."""

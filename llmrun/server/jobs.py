@@ -17,7 +17,7 @@ from llmrun.api import openai as api
 from llmrun.api.errors import ApiError, explain, worded
 from llmrun.backends.base import ReadsTokens, outside_vocabulary
 from llmrun.engine.result import Result
-from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut
+from llmrun.engine.scheduler import Event, QueueFull, Ticket, TimedOut, Unloading
 from llmrun.errors import (
     ContextFull,
     InsufficientMemory,
@@ -103,7 +103,9 @@ async def submit(
 ) -> tuple[asyncio.Queue[tuple[int, Event]], list[Handle]]:
     """Every request of the call into the model's scheduler, in a worker thread (rendering, tokenizing,
     reading images and compiling grammars happen there, never on the event loop); events come back
-    tagged with their choice. Requests whose caller is gone before they are queued are cancelled."""
+    tagged with their choice. Requests whose caller is gone before they are queued are cancelled. A model
+    unloaded between the request finding it and queueing there (its keep-alive ran out, or it made room for
+    another) is loaded again, once."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
     tickets: list[Handle] = []
@@ -116,28 +118,36 @@ async def submit(
 
         return sink
 
-    def submit_all() -> None:
+    def submit_all(target: Served) -> None:
         try:
             for index, request in enumerate(call.requests):
-                tickets.append(served.scheduler.submit(request, sink_for(index)))
+                tickets.append(target.scheduler.submit(request, sink_for(index)))
                 if abandoned.is_set():
                     raise ClientGone
         except BaseException:
             cancel(tickets)
             raise
 
-    try:
-        await state.preparing.run(submit_all)
-    except QueueFull as exc:
-        raise ApiError(
-            503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
-        ) from None
-    except LlmrunError as exc:
-        raise request_error(exc, call) from None
-    except BaseException:  # cancelled while the thread prepares: it cancels what it queues from now on
-        abandoned.set()
-        cancel(tickets)
-        raise
+    target = served
+    for attempt in range(2):
+        try:
+            await state.preparing.run(submit_all, target)
+            break
+        except Unloading:
+            tickets.clear()
+            if attempt or state.closing:
+                raise ApiError(503, f"{served.name} is being unloaded; retry", headers={"Retry-After": "1"}) from None
+            target = await served_model(state, {"model": served.name})
+        except QueueFull as exc:
+            raise ApiError(
+                503, f"the server is busy: {explain(exc)}", code="queue_full", headers={"Retry-After": "1"}
+            ) from None
+        except LlmrunError as exc:
+            raise request_error(exc, call) from None
+        except BaseException:  # cancelled while the thread prepares: it cancels what it queues from now on
+            abandoned.set()
+            cancel(tickets)
+            raise
     return queue, tickets
 
 

@@ -315,7 +315,7 @@ class ServerState:
                     self._reserved[name] = needed
                     return
                 idle = sorted((s for s in loaded if s.idle), key=lambda s: s.scheduler.entry.last_used)
-                victim = idle[0] if idle else None
+                victim = next((s for s in idle if s.scheduler.stop_if_idle()), None)
                 if victim is not None:
                     for key in [k for k, v in self._served.items() if v is victim]:
                         del self._served[key]
@@ -360,8 +360,8 @@ class ServerState:
                 served
                 for served in {id(s): s for s in self._served.values()}.values()
                 if served.keep_alive is not None
-                and not (served.scheduler.queued or served.scheduler.busy)
                 and now - served.scheduler.entry.last_used >= served.keep_alive
+                and served.scheduler.stop_if_idle()  # (last: it stops the scheduler taking requests)
             ]
             for key in [k for k, v in self._served.items() if any(v is s for s in idle)]:
                 del self._served[key]  # (in place: the table's makings keep it)
