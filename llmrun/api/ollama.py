@@ -215,6 +215,10 @@ def lifecycle(body: Any, *, chat: bool) -> tuple[str, float | str | None] | None
     field = body.get("messages") if chat else body.get("prompt")
     if field not in (None, "", []):
         return None
+    if chat:  # the rest of the body checked as a request's would be (a stand-in message for the empty list)
+        parse_chat({**body, "messages": [{"role": "user", "content": "."}]}, SamplingParams())
+    else:
+        parse_generate(body, SamplingParams())
     keep = keep_alive(body.get("keep_alive"))
     return ("unload" if keep == 0 else "load"), keep
 

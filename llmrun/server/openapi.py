@@ -298,7 +298,8 @@ def _ollama(names: list[str]) -> dict[str, Any]:
         {**common, "prompt": {"type": "string"}, "system": nullable({"type": "string"}), "raw": {"type": "boolean"}},
         ["model"],
     )
-    chat = closed({**common, "messages": {"type": "array", "minItems": 1, "items": message}}, ["model", "messages"])
+    # (no messages, or none: Ollama's form that loads the model, or unloads it with keep_alive 0)
+    chat = closed({**common, "messages": nullable({"type": "array", "items": message})}, ["model"])
     errors = _errors(OLLAMA_ERROR, (400, 404, 503))
     answer = {"type": "object", "required": ["model", "created_at", "done"]}
     listing = {"type": "object", "required": ["models"], "properties": {"models": {"type": "array"}}}
