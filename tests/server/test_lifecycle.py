@@ -193,3 +193,33 @@ def test_a_budget_too_small_for_one_model_is_one_line_at_start(smollm: Path, tmp
     done = llmrun(["serve", "-m", CHAT, "--max-memory", "10M", "--port", "0"], env=env, timeout=120)
     assert done.returncode != 0 and "needs about" in done.stderr and "--max-memory" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_load_waits_for_the_busy_model_then_takes_its_place(smollm: Path, gemma_cache: Path, tmp_path: Path) -> None:
+    """--max-models 1 and the one model answering: a request for another model waits (the answer completes
+    whole), then the idle model is unloaded and the other loads and answers."""
+    import threading
+
+    env = serving.hermetic_env(tmp_path)
+    store = Path(env["LLMRUN_HOME"]) / "models" / "embedded"  # the packaged Gemma, already in this home's store
+    store.mkdir(parents=True)
+    for source in (gemma_cache, gemma_cache.with_name(gemma_cache.name + ".verified.json")):
+        (store / source.name).symlink_to(source)
+    args = ["-m", CHAT, "--max-models", "1", "--parallel", "1", "--ctx", "512"]
+    with serving.running(args, env) as (url, _):
+        done: dict[str, Any] = {}
+        busy = threading.Thread(target=lambda: done.update(ask(url, CHAT, tokens=120)))
+        busy.start()
+        deadline = time.monotonic() + 30
+        while loaded(url).get(CHAT, {}).get("llmrun", {}).get("busy", 0) == 0:
+            assert time.monotonic() < deadline, "the long answer never started"
+            time.sleep(0.05)
+        other = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": "gemma3:270m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+            timeout=300,
+        )
+        busy.join(timeout=300)
+        assert done.get("done") is True and done["eval_count"] > 2  # the busy model's answer, whole
+        assert other.status_code == 200, other.text  # it waited, then loaded
+        assert set(loaded(url)) == {"gemma3:270m"}
