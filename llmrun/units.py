@@ -36,6 +36,16 @@ _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
+def keep_alive(value: object) -> float | str | None:
+    """A request's keep_alive (Ollama's meaning): seconds the model stays loaded after it, None (forever), or
+    ``"default"`` when it gives none (the server's --keep-alive). A value that is not a duration: ValueError."""
+    if value is None:
+        return "default"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"not a duration: {value!r}")
+    return parse_duration(value)
+
+
 def parse_duration(value: str | float) -> float | None:
     """A keep-alive as Ollama reads it: a number of seconds, or a Go duration (``5m``, ``1h30m``, ``300ms``);
     negative means forever (None). Anything else is a ``ValueError``."""

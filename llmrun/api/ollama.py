@@ -227,14 +227,10 @@ def keep_alive(value: Any) -> float | str | None:
     """Ollama's keep_alive: how long the model stays loaded after this request — a duration ("5m", "1h30m") or
     seconds; 0 unloads it at once, a negative value keeps it forever (None); absent: ``"default"`` (the
     server's --keep-alive)."""
-    from llmrun.units import parse_duration
+    from llmrun.units import keep_alive as parsed
 
-    if value is None:
-        return "default"
     try:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ValueError(value)
-        return parse_duration(value)
+        return parsed(value)
     except ValueError:
         raise OllamaError(
             400, f'keep_alive must be a duration ("5m", "1h") or a number of seconds, not {value!r}'

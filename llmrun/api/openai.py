@@ -191,15 +191,10 @@ def _user(body: dict[str, Any]) -> None:
 def keep_alive(body: dict[str, Any]) -> float | str | None:
     """llmrun's ``keep_alive`` (Ollama's meaning): how long the model stays loaded after this request — a
     duration ("5m") or seconds, 0 unloads it after the answer, negative keeps it; absent: the server's."""
-    from llmrun.units import parse_duration
+    from llmrun.units import keep_alive as parsed
 
-    value = body.get("keep_alive")
-    if value is None:
-        return "default"
     try:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ValueError(value)
-        return parse_duration(value)
+        return parsed(body.get("keep_alive"))
     except ValueError:
         raise bad_field("keep_alive", 'keep_alive must be a duration ("5m", "1h") or a number of seconds') from None
 
