@@ -134,8 +134,11 @@ def three(
         yield address, [CHAT, gemma_cache.name, gemma_f16.name]
 
 
-def ask(url: str, model: str, tokens: int = 2) -> dict[str, Any]:
-    body = {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": tokens, "temperature": 0}}
+LONG = "Write a long story about a lighthouse keeper, in many paragraphs."
+
+
+def ask(url: str, model: str, tokens: int = 2, prompt: str = "Hi") -> dict[str, Any]:
+    body = {"model": model, "prompt": prompt, "stream": False, "options": {"num_predict": tokens, "temperature": 0}}
     answer = httpx.post(url + "/api/generate", json=body, timeout=300)
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
@@ -156,24 +159,26 @@ def test_the_least_recently_used_idle_model_makes_room(three: tuple[str, list[st
 
 
 def test_a_model_answering_is_never_unloaded_to_make_room(three: tuple[str, list[str]]) -> None:
-    """A long answer streams from one model while another is asked for: the idle one goes, the busy one stays
-    and finishes its answer whole."""
+    """A long answer streams from the least recently asked model while another is asked for: the idle one goes,
+    though it was asked more recently, and the busy one stays and finishes its answer whole."""
     import threading
 
     url, (small, q4, f16) = three
     ask(url, small)
-    ask(url, q4)  # q4 is now the most recently used: the busy one will be the least recently used
+    ask(url, q4)
     done: dict[str, Any] = {}
-    busy = threading.Thread(target=lambda: done.update(ask(url, small, tokens=200)))
+    busy = threading.Thread(target=lambda: done.update(ask(url, small, tokens=400, prompt=LONG)))
     busy.start()
     deadline = time.monotonic() + 30
     while loaded(url).get(small, {}).get("llmrun", {}).get("busy", 0) == 0:
         assert time.monotonic() < deadline, "the long answer never started"
         time.sleep(0.05)
-    ask(url, f16)  # small is the least recently used, but busy: q4 goes instead
+    ask(url, q4)  # q4 asked after small: by time alone, small would go
+    assert loaded(url)[small]["llmrun"]["busy"] == 1, "the long answer ended too soon to show anything"
+    ask(url, f16)
     assert set(loaded(url)) == {small, f16}
     busy.join(timeout=300)
-    assert done.get("done") is True and done["eval_count"] > 2  # the busy one's answer, whole
+    assert done.get("done") is True and done["eval_count"] > 50  # the busy one's answer, whole
 
 
 def test_load_and_unload_over_http(three: tuple[str, list[str]]) -> None:
