@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from llmrun.api import openai as api
 from llmrun.api import responses
 from llmrun.api.errors import ApiError
+from llmrun.api.responses_input import new_id
 from llmrun.api.responses_stream import EventStream
 from llmrun.engine.request import tool_dialect
 from llmrun.engine.result import Result
@@ -65,7 +66,7 @@ def add_routes(app: FastAPI, state: ServerState, metrics: Metrics, store: Respon
             queue, tickets = await jobs.submit(state, served, engine_call)
         except ApiError as exc:
             raise _in_words(exc) from None
-        ident = responses.new_id("resp_")
+        ident = new_id("resp_")
         headers = {SKIPPED_HEADER: ", ".join(call.skipped_tools)} if call.skipped_tools else {}
         if call.skipped_tools:
             log.info("%s: hosted tools left out (they run at OpenAI): %s", ident, ", ".join(call.skipped_tools))
