@@ -15,7 +15,8 @@ from llmrun.api.anthropic import MessagesCall, stop_reason, tool_id, usage
 from llmrun.decoding.events import Token
 from llmrun.engine.result import Result
 from llmrun.structured.callstream import CallStart, CallStream
-from llmrun.structured.tools import Dialect, TextStream
+from llmrun.structured.dialects import Dialect
+from llmrun.structured.textstream import TextStream
 
 Event = tuple[str, dict[str, Any]]
 
@@ -32,7 +33,8 @@ class EventStream:
         self.input_tokens = input_tokens
         self.dialect = dialect
         self.text = TextStream(dialect) if dialect is not None else None
-        self.calls = CallStream(dialect) if dialect is not None else None
+        tools = call.request.tools.tools if call.request.tools is not None else ()
+        self.calls = CallStream(dialect, tools) if dialect is not None else None
         self.index = -1
         self.open: str | None = None  # the kind of the block being written
 

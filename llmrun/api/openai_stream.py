@@ -14,9 +14,12 @@ from typing import Any
 from llmrun.api.openai import Call, finish_reason, usage
 from llmrun.api.openai_tools import tool_call_deltas
 from llmrun.decoding.events import Token
+from llmrun.engine.request import Request
 from llmrun.engine.result import Result
 from llmrun.structured.callstream import CallStart, CallStream
-from llmrun.structured.tools import Dialect, TextStream
+from llmrun.structured.dialects import Dialect
+from llmrun.structured.textstream import TextStream
+from llmrun.structured.tools import Tool
 
 UNFINISHED = {"finish_reason": None}
 
@@ -32,7 +35,7 @@ class ChunkStream:
         self.remaining = len(call.requests)
         self.dialect = dialect
         self.texts = [TextStream(dialect) for _ in call.requests] if dialect is not None else None
-        self.calls = [CallStream(dialect) for _ in call.requests] if dialect is not None else []
+        self.calls = [CallStream(dialect, _tools(r)) for r in call.requests] if dialect is not None else []
         self.results: dict[int, Result] = {}
 
     def start(self) -> list[dict[str, Any]]:
@@ -135,3 +138,7 @@ def token_logprobs(token: Token, alternatives: int | None, chat: bool) -> Any:
         "top_logprobs": [{c.piece.decode("utf-8", "replace"): c.logprob for c in token.top[:alternatives]}],
         "text_offset": [0],
     }
+
+
+def _tools(request: Request) -> tuple[Tool, ...]:
+    return request.tools.tools if request.tools is not None else ()

@@ -27,7 +27,8 @@ from llmrun.api.responses import (
 from llmrun.decoding.events import Token
 from llmrun.engine.result import Result
 from llmrun.structured.callstream import CallStart, CallStream
-from llmrun.structured.tools import Dialect, TextStream
+from llmrun.structured.dialects import Dialect
+from llmrun.structured.textstream import TextStream
 
 Event = tuple[str, dict[str, Any]]
 
@@ -45,7 +46,8 @@ class EventStream:
         self.ids = OutputIds()
         self.sequence = 0
         self.text = TextStream(dialect) if dialect is not None else None
-        self.calls = CallStream(dialect) if dialect is not None else None
+        tools = call.request.tools.tools if call.request.tools is not None else ()
+        self.calls = CallStream(dialect, tools) if dialect is not None else None
         self.index = -1  # the output index of the last item opened
         self.open: dict[str, Any] | None = None  # the item being written: its kind and what it holds so far
         self.done: list[dict[str, Any]] = []  # the items closed, in order

@@ -13,8 +13,10 @@ from llmrun.engine.result import Result, TokenLogprob
 from llmrun.errors import InvalidParameter, UsageError
 from llmrun.prompt.render import Prompt, PromptFormat, prompt_ids, render_prompt
 from llmrun.prompt.template import Message
+from llmrun.structured.dialects import Dialect, dialect_for
 from llmrun.structured.formats import Format
-from llmrun.structured.tools import Dialect, ToolUse, dialect_for, generic_messages, uses_tools
+from llmrun.structured.generic import generic_messages
+from llmrun.structured.tools import ToolUse, uses_tools
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
@@ -158,7 +160,7 @@ def request_result(result: Result, templates: Templates, request: Request, prepa
     dialect = tool_dialect(templates, request)
     if dialect is None or request.tools is None:
         return result
-    content, calls = dialect.parse(result.text)
+    content, calls = dialect.parse(result.text, request.tools.tools)
     if request.tools.mode == "none":  # no call was allowed; what looks like one is text
         content, calls = (content if not dialect.native else result.text), ()
     return dataclasses.replace(result, content=content, tool_calls=calls)

@@ -24,7 +24,7 @@ from llmrun.errors import LlmrunError, ModelNotFound
 from llmrun.server import jobs
 from llmrun.server.metrics import Metrics
 from llmrun.server.state import Served, ServerState, in_ollama
-from llmrun.structured.tools import TextStream
+from llmrun.structured.textstream import TextStream
 
 log = logging.getLogger("llmrun.server")
 

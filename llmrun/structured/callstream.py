@@ -1,23 +1,26 @@
 """Tool calls read while they are generated (pure): each call's name as soon as it is written, then its
-arguments' JSON text in fragments, as OpenAI streams ``delta.tool_calls``.
+arguments' JSON text in fragments, as OpenAI streams ``delta.tool_calls`` — for every dialect.
 
-The calls' shape is the one the dialect's grammar makes (:mod:`llmrun.structured.tools`): objects
-``{"name": …, "arguments": …}`` (Llama 3: ``"parameters"``) at a depth fixed by the dialect — one per
-``<tool_call>`` (Hermes), the top level (Llama 3), inside ``[TOOL_CALLS][…]`` (Mistral) or inside
-``{"tool_calls": […]}`` (the generic one). A scanner that follows JSON's nesting and strings, one
-character at a time and never twice, finds them; what lies between JSON values (the markers) is passed
-over. The fragments joined are the arguments exactly as generated (valid JSON once the call is whole).
+A family's own syntax is read by its dialect as the answer grows (:meth:`Dialect.progress`): the
+arguments so far are JSON text whose every prefix starts the next (as generated for JSON arguments; for
+arguments written one by one, the object of those complete so far, closed when the call ends), so the
+fragments joined are the call's arguments as :meth:`Dialect.parse` reads them. The generic dialect's
+``{"tool_calls": [{"name": …, "arguments": …}]}`` is followed by a scanner of JSON's nesting and strings,
+one character at a time and never twice.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from llmrun.structured.tools import Dialect
+if TYPE_CHECKING:
+    from llmrun.structured.dialects.base import Dialect
+    from llmrun.structured.tools import Tool
 
-# where a call object sits: how many JSON containers are open once its own "{" is
-CALL_DEPTH = {"hermes": 1, "llama3": 1, "mistral": 2, "generic": 3}
+GENERIC_DEPTH = 3  # where a generic call object sits: how many JSON containers are open once its own "{" is
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +47,46 @@ class _Frame:
     name: str | None = None
 
 
-@dataclass(slots=True)
 class CallStream:
-    """Feed it the answer's text as it grows (:meth:`advance`); it returns what the new text adds."""
+    """Feed it the answer's text as it grows (:meth:`advance`); it returns what the new text adds.
+    ``tools`` type the arguments of dialects that write them one by one, as the whole answer's are."""
 
-    dialect: Dialect
-    arguments_key: str = ""
+    def __init__(self, dialect: Dialect, tools: Sequence[Tool] = ()) -> None:
+        self.dialect = dialect
+        self.tools = tuple(tools)
+        self._generic = _GenericScanner() if dialect.syntax is None else None
+        self._names = 0
+        self._sent: list[int] = []
+
+    @property
+    def calls(self) -> int:
+        """Calls whose name was seen."""
+        return self._generic.calls if self._generic is not None else self._names
+
+    def advance(self, text: str) -> list[CallStart | ArgumentsText]:
+        """``text``: the whole answer so far (it only grows)."""
+        if self._generic is not None:
+            return self._generic.advance(text)
+        events: list[CallStart | ArgumentsText] = []
+        for index, progress in enumerate(self.dialect.progress(text, self.tools)):
+            if progress.name is None:
+                break
+            if index >= self._names:
+                events.append(CallStart(index, progress.name))
+                self._names += 1
+                self._sent.append(0)
+            grown = progress.arguments[self._sent[index] :]
+            if grown:
+                events.append(ArgumentsText(index, grown))
+                self._sent[index] = len(progress.arguments)
+        return events
+
+
+@dataclass(slots=True)
+class _GenericScanner:
+    """The generic dialect's calls, found by following JSON's nesting."""
+
+    arguments_key: str = "arguments"
     calls: int = 0  # calls whose name was seen
     _position: int = 0
     _stack: list[_Frame] = field(default_factory=list)
@@ -60,13 +97,9 @@ class CallStream:
     _arguments_depth: int = 0
     _sent: int = 0  # how far the arguments were sent
 
-    def __post_init__(self) -> None:
-        self.arguments_key = self.arguments_key or ("parameters" if self.dialect.name == "llama3" else "arguments")
-
     def advance(self, text: str) -> list[CallStart | ArgumentsText]:
-        """``text``: the whole answer so far (it only grows)."""
         events: list[CallStart | ArgumentsText] = []
-        depth = CALL_DEPTH[self.dialect.name]
+        depth = GENERIC_DEPTH
         while self._position < len(text):
             char = text[self._position]
             if self._string_from is not None:

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from llmrun.structured.callstream import ArgumentsText, CallStart, CallStream
-from llmrun.structured.tools import GENERIC, HERMES, LLAMA3, MISTRAL, Dialect
+from llmrun.structured.dialects import GENERIC, HERMES, LLAMA3, MISTRAL, Dialect
 
 NESTED = {"city": "Zürich", "when": {"day": "mon", "hours": [9, 17]}, "note": 'say "hi", {ok}', "name": "x"}
 WRITTEN = json.dumps(NESTED, ensure_ascii=False)

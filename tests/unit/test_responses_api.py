@@ -17,7 +17,7 @@ from llmrun.decoding.events import Token
 from llmrun.decoding.sampling import SamplingParams
 from llmrun.engine.result import Result
 from llmrun.prompt.template import ToolCall
-from llmrun.structured.tools import HERMES
+from llmrun.structured.dialects import HERMES
 
 LIMITS = Limits(max_tokens=256)
 FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}

@@ -15,18 +15,11 @@ from llmrun.decoding.sampling import SamplingParams
 from llmrun.errors import InvalidParameter, UsageError
 from llmrun.prompt.template import Context, Message, ToolCall, render_text
 from llmrun.structured import ANY_JSON, Format, from_schema, load_grammar, load_schema, response_format
+from llmrun.structured.dialects import GENERIC, HERMES, LLAMA3, MISTRAL, dialect_for
 from llmrun.structured.formats import declared_only
+from llmrun.structured.generic import generic_messages
 from llmrun.structured.grammar import Constraint, UnsupportedFormat, compile_format, format_notes
-from llmrun.structured.tools import (
-    GENERIC,
-    HERMES,
-    LLAMA3,
-    MISTRAL,
-    Tool,
-    ToolUse,
-    dialect_for,
-    generic_messages,
-)
+from llmrun.structured.tools import Tool, ToolUse
 
 EOS = 256
 
@@ -496,7 +489,7 @@ def test_a_run_of_digits_ends_where_the_grammar_lets_it(toy: Any) -> None:
 
 
 def streamed(dialect: Any, text: str, step: int = 1) -> tuple[str, str]:
-    from llmrun.structured.tools import TextStream
+    from llmrun.structured.textstream import TextStream
 
     stream = TextStream(dialect)
     shown = "".join(stream.feed(text[i : i + step]) for i in range(0, len(text), step))
