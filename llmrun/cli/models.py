@@ -98,6 +98,7 @@ def show(
         ),
         "vocabulary": geom.n_vocab if geom else None,
         "chat_template": bool(header.chat_template or (entry and entry.template)),
+        "tool_calls": _tool_dialect(located),
         "embedding": _embedding(header),
         "mmproj": _projector(resolved),  # its projector: it reads images
         "license": (entry.license if entry and entry.license else None) or header.metadata.get("general.license"),
@@ -125,6 +126,15 @@ def show(
         return
     views.model_facts(facts)
     views.memory_plan(memory)
+
+
+def _tool_dialect(located: Any) -> dict[str, str]:
+    """How the model writes tool calls, as its chat template shows (the generic dialect where it shows none)."""
+    from llmrun.engine.request import templates_for
+    from llmrun.structured.dialects import dialect_for
+
+    dialect = dialect_for(templates_for(located.model.entry, located.header).conversation or "")
+    return {"dialect": dialect.name, "family": dialect.family}
 
 
 def _projector(resolved: Any) -> str | None:

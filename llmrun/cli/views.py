@@ -143,6 +143,12 @@ def model_facts(facts: dict[str, Any]) -> None:
         ("chat template", "yes" if facts["chat_template"] else "no (plain completion)")
         if not facts.get("embedding")
         else ("embedding model", facts["embedding"]),
+        (
+            "tool calls",
+            "generic (the template shows none: tools described in a system message, calls as one JSON answer)"
+            if facts["tool_calls"]["dialect"] == "generic"
+            else f"{facts['tool_calls']['dialect']} (as {facts['tool_calls']['family']} write them)",
+        ),
         ("images", f"yes, through {facts['mmproj']}" if facts.get("mmproj") else "no projector (text only)"),
         ("license", facts["license"] or "unknown"),
     ]

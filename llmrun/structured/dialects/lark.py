@@ -140,6 +140,9 @@ class _Writer:
         if not is_string(schema):
             return "%json " + json.dumps(schema if isinstance(schema, dict) else {}, ensure_ascii=False), False
         end = following.text if following is not None else ""
+        choices = schema.get("enum") if isinstance(schema, dict) else None
+        if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+            return "(" + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices) + ")", False
         if self.syntax.loose and end != end.rstrip():  # the blanks after the closing text are optional
             rule, _ = self.text_until(end.rstrip())
             return f"{rule} {self.literal(end[len(end.rstrip()) :])}", True
