@@ -275,6 +275,12 @@ def _show_params(run_plan: RunPlan, system: str | None, raw: bool) -> None:
     else:
         rows.append(("--system", system if system is not None else "", "command line" if system else "default"))
     rows.append(("--raw", raw, "command line" if raw else "default"))
+    if run_plan.backend != "remote":  # (a remote engine reads calls its own way)
+        from llmrun.engine.request import choose_template
+        from llmrun.structured.dialects import dialect_for
+
+        templates = choose_template(run_plan)
+        rows.append(("tool calls", dialect_for(templates.conversation).name, templates.conversation_source))
     render.table("Effective settings", ["setting", "value", "source"], rows)
 
 

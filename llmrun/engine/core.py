@@ -131,7 +131,7 @@ class Engine:
                     continue  # one at a time through the model's own context, after the batch
                 try:
                     prepared[index] = request_ids(model, entry.templates, request)
-                    constraint = request_constraint(model, entry.templates, request)
+                    constraint = request_constraint(model, entry.templates, request, prepared[index])
                 except LlmrunError as exc:
                     yield index, exc
                     continue
@@ -169,7 +169,7 @@ def generate(
         yield from model.complete(request)
         return
     prepared = prepared or request_ids(model, templates, request)
-    constraint = request_constraint(model, templates, request)
+    constraint = request_constraint(model, templates, request, prepared)
     if isinstance(model, KeepsKv):  # a conversation goes on from its answer; a prompt may come again
         model.keep_at("answer" if request.messages else "prompt")
     splitter = Splitter(prepared.thinking)

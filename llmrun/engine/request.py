@@ -16,7 +16,7 @@ from llmrun.prompt.template import Message
 from llmrun.structured.dialects import Dialect, dialect_for
 from llmrun.structured.formats import Format
 from llmrun.structured.generic import generic_messages
-from llmrun.structured.tools import ToolUse, uses_tools
+from llmrun.structured.tools import ToolUse, named_results, reasoning_first, uses_tools
 
 if TYPE_CHECKING:
     from llmrun.backends.base import LoadedModel
@@ -139,15 +139,23 @@ def tool_dialect(templates: Templates, request: Request) -> Dialect | None:
     return dialect_for(templates.for_request(request)) if request.tools is not None else None
 
 
-def request_constraint(model: LoadedModel, templates: Templates, request: Request) -> Constraint | None:
+def request_constraint(
+    model: LoadedModel, templates: Templates, request: Request, prepared: Prepared
+) -> Constraint | None:
     """The grammar state the request's answer is decoded under (None: unconstrained): its format, or
-    the calls its tools allow; a format the decoder cannot enforce fails here, before anything runs."""
+    the calls its tools allow (after a reasoning model's reasoning); a format the decoder cannot enforce
+    fails here, before anything runs."""
     from llmrun.structured.grammar import constraint_for, marker_for
 
     fmt = request.response_format
     dialect = tool_dialect(templates, request)
     if dialect is not None and request.tools is not None:
-        fmt = dialect.format(request.tools, marker_for(model), request.response_format)
+        marker = marker_for(model)
+        fmt = dialect.format(request.tools, marker, request.response_format)
+        thinking = prepared.thinking
+        if thinking is not None:
+            opens = None if thinking.started else thinking.markers.open
+            fmt = reasoning_first(fmt, thinking.markers.close, marker, opens)
     return constraint_for(model, fmt) if fmt is not None else None
 
 
@@ -229,8 +237,11 @@ def request_ids(model: LoadedModel, templates: Templates, request: Request) -> P
     if dialect is None or request.tools is None:
         if uses_tools(messages) and not dialect_for(templates.conversation).native:
             messages = generic_messages(messages, None)  # earlier calls and results, as such a model reads them
+        elif uses_tools(messages):
+            messages = named_results(messages)
     elif dialect.native:
         tools = [t.openai() for t in request.tools.tools]
+        messages = named_results(messages)
     else:
         messages = generic_messages(messages, request.tools)
     template = templates.for_request(request)

@@ -252,7 +252,7 @@ class Scheduler:
             prepared, positions = self._measured(request)
             n_ctx = self.model.n_ctx if prepared.images else self.n_ctx_seq  # images use the model's own context
             token_budget(positions, n_ctx, request.params)  # a prompt too long fails now
-            constraint = request_constraint(self.model, self.entry.templates, request)
+            constraint = request_constraint(self.model, self.entry.templates, request, prepared)
         with self._wake:
             if self._closing or not self._thread.is_alive():
                 raise Unloading(f"{self.entry.name} is being unloaded", "retry: it is loaded again on demand")

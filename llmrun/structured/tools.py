@@ -10,6 +10,7 @@ refer to earlier calls) and the answer to text. Nothing is left to hope.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -97,6 +98,20 @@ def uses_tools(messages: Sequence[Message]) -> bool:
     return any(m.tool_calls or m.role == "tool" for m in messages)
 
 
+def named_results(messages: Sequence[Message]) -> list[Message]:
+    """The conversation with each tool result's function name filled in from the call it answers
+    (OpenAI's tool messages carry only ``tool_call_id``; templates such as Gemma 4's, Kimi's and gpt-oss's
+    write the function's name with its result)."""
+    names: dict[str, str] = {}
+    out: list[Message] = []
+    for message in messages:
+        names.update((c.id, c.name) for c in message.tool_calls)
+        if message.role == "tool" and message.name is None and message.tool_call_id in names:
+            message = dataclasses.replace(message, name=names[message.tool_call_id])
+        out.append(message)
+    return out
+
+
 def grammar_with_text(use: ToolUse, calls: str, rules: list[str], text: str, answer: Format | None) -> Format:
     """A Lark grammar whose start is ``calls``, or (auto, none) the text an answer may be instead: free text
     that ``text`` (a TEXT lexeme) bounds, or with ``answer`` a JSON document in that format."""
@@ -106,3 +121,28 @@ def grammar_with_text(use: ToolUse, calls: str, rules: list[str], text: str, ans
         lines[0] = f"start: {symbol}" if use.mode == "none" else f"start: {symbol} | {calls}"
         lines.append(text if answer is None else f"answer: {_json(declared_only(answer.schema()))}")
     return Format("lark", "\n".join(lines))
+
+
+def reasoning_first(fmt: Format, close: str, marker: Marker, open_: str | None = None) -> Format:
+    """A tool grammar that lets a reasoning model reason first: free text up to its ``close`` marker (the
+    prompt opened the reasoning), or with ``open_`` an optional ``open_ … close`` block (the model may
+    open it), then a few blanks, then the answer ``fmt`` allows. Without it the grammar would force the
+    calls inside the reasoning, where they are not read as calls."""
+    lines = fmt.text.split("\n")
+    if fmt.kind != "lark" or not lines[0].startswith("start: "):
+        return fmt
+    lines[0] = "answered: " + lines[0].removeprefix("start: ")
+    for number, line in enumerate(lines):  # text after the reasoning starts after the blanks
+        if line.startswith("TEXT: /(?s:.+)/"):
+            line = "TEXT: /(?s:\\S.*)/" + line.removeprefix("TEXT: /(?s:.+)/")
+            lines[number] = line + (f" & ~/(?s:{re.escape(open_)}.*)/" if open_ else "")
+    spelled = marker(close)
+    if spelled.startswith("<["):  # a special token: text cannot write it, so the text ends there
+        reasoning = [f"reasoning: REASONING {spelled}", "REASONING: /(?s:.*)/"]
+    else:
+        reasoning = [f"reasoning[suffix={json.dumps(close, ensure_ascii=False)}]: /(?s:.*)/"]
+    head = "start: reasoning gap answered"
+    if open_ is not None:
+        head = "start: opened gap answered | gap answered"
+        reasoning.append(f"opened: {marker(open_)} reasoning")
+    return Format("lark", "\n".join([head, *reasoning, "gap: /[ \\t\\r\\n]{0,4}/", *lines]))

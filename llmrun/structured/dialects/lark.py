@@ -32,13 +32,23 @@ def calls_format(syntax: Syntax, use: ToolUse, marker: Marker, answer: Format | 
     from llmrun.structured.tools import MAX_PARALLEL_CALLS, grammar_with_text, text_without
 
     writer = _Writer(syntax, marker)
-    alternatives = [writer.call(number, tool) for number, tool in enumerate(use.callable())]
     single = not use.parallel or use.mode == "function"
+    most = 1 if single else min(MAX_PARALLEL_CALLS, syntax.most)
     between = writer.blanks_optional(syntax.between)  # (templates of one family differ in them)
-    repeat = "" if single else f" ({between} call)~0..{MAX_PARALLEL_CALLS - 1}"
-    calls = f"calls: {writer.literal(syntax.opens[0])} call{repeat} {writer.literal(syntax.close)}"
-    rules = [calls, "call: " + " | ".join(alternatives), *writer.rules]
-    return grammar_with_text(use, "calls", rules, text_without(syntax.start), answer)
+    if "{index}" in syntax.call:  # each call numbered by its place, as the template numbers them
+        rules = [
+            f"call_at_{p}: " + " | ".join(writer.call(t, p + syntax.first_index) for t in use.callable())
+            for p in range(most)
+        ]
+        chain = ""
+        for place in reversed(range(1, most)):
+            chain = f"({between} call_at_{place} {chain})?"
+        body = f"call_at_0 {chain}"
+    else:
+        rules = ["call: " + " | ".join(writer.call(t) for t in use.callable())]
+        body = "call" + ("" if most == 1 else f" ({between} call)~0..{most - 1}")
+    calls = f"calls: {writer.literal(syntax.opens[0])} {body} {writer.literal(syntax.close)}"
+    return grammar_with_text(use, "calls", [calls, *rules, *writer.rules], text_without(syntax.start), answer)
 
 
 @dataclass
@@ -80,7 +90,7 @@ class _Writer:
     def special(self, text: str) -> bool:
         return any(self.marker(m.group()).startswith("<[") for m in _SPECIAL.finditer(text))
 
-    def call(self, number: int, tool: Tool) -> str:
+    def call(self, tool: Tool, index: int = 0) -> str:
         schema = declared_only(json.loads(tool.parameters))
         rule = self.fresh("call")
         if self.syntax.json_call:  # one JSON document (text and a JSON answer then share a lexer)
@@ -89,11 +99,11 @@ class _Writer:
             document = call_schema([tool], self.syntax.json_call)
             self.rules.append(f"{rule}: %json {json.dumps(document, ensure_ascii=False)}")
             return rule
-        body = self._pattern(segments(self.syntax.call), tool.name, schema)
+        body = self._pattern(segments(self.syntax.call), tool.name, schema, index=index)
         self.rules.append(f"{rule}: {body}")
         return rule
 
-    def _pattern(self, pattern: tuple[Segment, ...], name: str, schema: Any, key: str = "") -> str:
+    def _pattern(self, pattern: tuple[Segment, ...], name: str, schema: Any, key: str = "", index: int = 0) -> str:
         out: list[str] = []
         skip = False
         for number, segment in enumerate(pattern):
@@ -119,7 +129,7 @@ class _Writer:
             elif kind == "id":
                 out.append(f"/{self.syntax.id}/")
             elif kind == "index":
-                out.append("/[0-9]{1,3}/")
+                out.append(json.dumps(str(index)))
             elif kind == "typed":
                 out.append(json.dumps(self._typed(schema)))
             elif kind == "value":

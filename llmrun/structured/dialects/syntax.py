@@ -33,6 +33,7 @@ class Syntax:
     also: tuple[str, ...] = ()
     lead: str = ""
     loose: bool = False
+    first_index: int = 0  # what an {index} slot numbers the first call
     json_call: str = ""  # the call is a bare JSON object with this arguments key: written as one JSON document
 
     @property

@@ -115,6 +115,7 @@ KIMI_K3 = Dialect(
         opens=("<|open|>tools<|sep|>",),
         close="<|close|>tools<|sep|>",
         typed="json_type",
+        first_index=1,
     ),
     ("<|open|>", "<|sep|>"),
     "Kimi K3",
