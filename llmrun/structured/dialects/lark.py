@@ -171,30 +171,18 @@ class _Writer:
         return self._pattern(segments(self.syntax.params), "", schema, key)
 
     def _python(self, key: str, schema: Any) -> str:
-        kind = schema.get("type") if isinstance(schema, dict) else None
-        value = {
-            "string": r"/'(?:[^'\\]|\\.)*'/",  # (LFM2's template writes a string's new lines as they are)
-            "integer": "/-?(0|[1-9][0-9]{0,15})/",
-            "number": r"/-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?/",
-            "boolean": '("True" | "False")',
-            "null": '"None"',
-        }.get(kind if isinstance(kind, str) else "", "%json " + json.dumps(schema, ensure_ascii=False))
-        return f"{json.dumps(key + '=')} {value}"
+        # (LFM2's template writes a string's new lines as they are)
+        strings = {"string": r"/'(?:[^'\\]|\\.)*'/"}
+        return f"{json.dumps(key + '=')} {_scalar(schema, ('True', 'False', 'None'), strings)}"
 
     def _gemma(self, key: str, schema: Any) -> str:
         from llmrun.structured.dialects.values import GEMMA_QUOTE
 
-        kind = schema.get("type") if isinstance(schema, dict) else None
         if is_string(schema):
             text, _ = self.text_until(GEMMA_QUOTE)
             value = f"{self.literal(GEMMA_QUOTE)} {text}"
         else:
-            value = {
-                "integer": "/-?(0|[1-9][0-9]{0,15})/",
-                "number": r"/-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?/",
-                "boolean": '("true" | "false")',
-                "null": '"null"',
-            }.get(kind if isinstance(kind, str) else "", "%json " + json.dumps(schema, ensure_ascii=False))
+            value = _scalar(schema, ("true", "false", "null"))
         return f"{json.dumps(key + ':')} {value}"
 
     def _sequence(self, schema: Any, separator: str, item: Callable[[str, Any], str]) -> str:
@@ -225,3 +213,19 @@ class _Writer:
             return rule
 
         return rest(0, True)
+
+
+def _scalar(schema: Any, words: tuple[str, str, str], extra: dict[str, str] | None = None) -> str:
+    """A value of ``schema``'s scalar type in a syntax that spells true, false and null as ``words``
+    (anything else as JSON)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    true, false, null = words
+    spelled = {
+        "integer": "/-?(0|[1-9][0-9]{0,15})/",
+        "number": r"/-?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?/",
+        "boolean": f"({json.dumps(true)} | {json.dumps(false)})",
+        "null": json.dumps(null),
+        **(extra or {}),
+    }
+    return spelled.get(kind if isinstance(kind, str) else "", "%json " + json.dumps(schema, ensure_ascii=False))
+

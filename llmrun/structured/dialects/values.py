@@ -9,6 +9,7 @@ import ast
 import json
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 GEMMA_QUOTE = '<|"|>'
@@ -55,41 +56,33 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _escaped_newlines(body: str) -> str:
-    """Raw new lines inside quoted strings escaped (templates write a string's new lines as they are)."""
-    out: list[str] = []
+def _quoting(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    """Each character of ``text`` from ``start``, and whether it lies inside a quoted Python string
+    (its quotes count as outside: a quote opens or closes)."""
     quote, escaped = "", False
-    for char in body:
-        if quote and char == "\n":
-            out.append("\\n")
-            continue
-        out.append(char)
+    for index in range(start, len(text)):
+        char = text[index]
+        inside = bool(quote) and not (char == quote and not escaped)
+        yield index, char, inside
         if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
+            escaped = not escaped and char == "\\"
+            if char == quote and not inside:
                 quote = ""
         elif char in "'\"":
             quote = char
-    return "".join(out)
+
+
+def _escaped_newlines(body: str) -> str:
+    """Raw new lines inside quoted strings escaped (templates write a string's new lines as they are)."""
+    return "".join("\\n" if inside and char == "\n" else char for _, char, inside in _quoting(body))
 
 
 def _closing_paren(text: str, position: int) -> int | None:
-    depth, quote, escaped = 0, "", False
-    for index in range(position, len(text)):
-        char = text[index]
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char in "([{":
+    depth = 0
+    for index, char, inside in _quoting(text, position):
+        if inside or char in "'\"":
+            continue
+        if char in "([{":
             depth += 1
         elif char in ")]}":
             if depth == 0:
