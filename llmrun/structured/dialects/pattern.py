@@ -16,6 +16,7 @@ removed) still ends the call.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class Segment:
     text: str = ""  # a literal's text
 
 
+@functools.lru_cache(maxsize=256)
 def segments(pattern: str) -> tuple[Segment, ...]:
     """``pattern`` cut into literals and slots (``{{`` and ``}}`` are literal braces)."""
     out: list[Segment] = []
@@ -53,6 +55,7 @@ def _literal_segment(text: str) -> Segment:
     return Segment("lit", text.replace("{{", "{").replace("}}", "}"))
 
 
+@functools.lru_cache(maxsize=1024)
 def literal_regex(text: str, *, before_value: bool = False, after_value: bool = False) -> str:
     """A literal as read: blanks in it match any blanks (or none) — except those that touch a raw
     value, which are its edges: each of them is optional, never more (a value's own indentation stays)."""
@@ -161,12 +164,11 @@ class Reader:
         # a value: raw text up to the literal after it
         if following is None or following.kind != "lit":
             raise ValueError("a {value} slot must be followed by a literal")
-        regex = literal_regex(following.text, after_value=True)
-        match = re.compile(r"(?s:(.*?))" + regex).match(text, position)
-        if match is None:
+        end = _value_end(following.text, text, position)
+        if end is None:
             raise Incomplete  # (the literal after it may still come)
-        seen[kind] = match.group(1)
-        return position + len(match.group(1))
+        seen[kind] = text[position:end]
+        return end
 
     def _parameters(self, text: str, position: int, schema: dict[str, Any], progress: Progress) -> int:
         """Parameters one after another until the text stops matching the parameter pattern."""
@@ -265,6 +267,25 @@ def _plain(value: Any) -> Any:
 _CDATA = re.compile(r"(?s)\A<!\[CDATA\[(.*)\]\]>\Z")
 
 
+def _value_end(literal: str, text: str, position: int) -> int | None:
+    """Where a raw value ends: at the first place the literal after it starts (its own leading blanks,
+    each optional, belong to the literal). Found by searching for the literal's text, not by trying a
+    pattern at every character: an argument may be a whole file."""
+    core = literal.strip() or literal
+    lead = literal[: len(literal) - len(literal.lstrip())]
+    regex = re.compile(literal_regex(literal, after_value=True))
+    search = position
+    while (found := text.find(core, search)) >= 0:
+        start = found
+        for blank in reversed(lead):  # the literal's blanks, where the text has them just before
+            if start > position and text[start - 1] == blank:
+                start -= 1
+        if regex.match(text, start):
+            return start
+        search = found + 1
+    return None
+
+
 def _literal(literal: str, regex: str, text: str, position: int, last: bool) -> int | None:
     """Where ``literal`` (read as ``regex``) ends at ``position``; a text that ends inside it is
     :class:`Incomplete` (at the pattern's end, where a stop token was removed, it is a match)."""
@@ -281,9 +302,13 @@ def _literal(literal: str, regex: str, text: str, position: int, last: bool) -> 
 
 
 def _could_start(pattern: tuple[Segment, ...], text: str, position: int) -> bool:
-    """Whether the rest of ``text`` could still grow into ``pattern`` (its first literal begun)."""
-    rest = _BLANKS.sub("", text[position:])
+    """Whether the rest of ``text`` could still grow into ``pattern`` (its first literal begun). Only
+    the rest's start is read (the rest may be long: the text after a whole argument)."""
     first = _BLANKS.sub("", pattern[0].text) if pattern and pattern[0].kind == "lit" else ""
+    window = text[position : position + 4 * len(first) + 64]
+    rest = _BLANKS.sub("", window)
+    if len(window) < len(text) - position and len(rest) >= len(first):
+        return rest.startswith(first)
     return first.startswith(rest) or rest.startswith(first)
 
 
