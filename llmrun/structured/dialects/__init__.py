@@ -62,8 +62,4 @@ def dialect_for(template: str) -> Dialect:
     return GENERIC
 
 
-def by_name(name: str) -> Dialect | None:
-    return next((d for d in (*DIALECTS, LLAMA3, GENERIC) if d.name == name), None)
-
-
-__all__ = ["DIALECTS", "GENERIC", "HERMES", "LLAMA3", "MISTRAL", "Dialect", "Syntax", "by_name", "dialect_for"]
+__all__ = ["DIALECTS", "GENERIC", "HERMES", "LLAMA3", "MISTRAL", "Dialect", "Syntax", "dialect_for"]

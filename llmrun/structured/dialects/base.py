@@ -20,7 +20,6 @@ from llmrun.structured.dialects.pattern import (
     Incomplete,
     Progress,
     Reader,
-    Segment,
     literal_regex,
     object_text,
     segments,
@@ -244,7 +243,3 @@ def _types(tools: Sequence[Tool]) -> dict[str, dict[str, Any]]:
         if isinstance(schema, dict):
             out[tool.name] = schema
     return out
-
-
-def first_segment(syntax: Syntax) -> Segment:
-    return segments(syntax.call)[0]
