@@ -228,4 +228,3 @@ def _scalar(schema: Any, words: tuple[str, str, str], extra: dict[str, str] | No
         **(extra or {}),
     }
     return spelled.get(kind if isinstance(kind, str) else "", "%json " + json.dumps(schema, ensure_ascii=False))
-
