@@ -68,27 +68,52 @@ def test_chat_completions_whole_and_streamed(client: openai.OpenAI, model: str) 
     assert json.loads("".join(fragments)) == arguments
 
 
-def test_responses_api(client: openai.OpenAI, model: str) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_responses_api(client: openai.OpenAI, model: str, stream: bool) -> None:
     tool = {"type": "function", **TOOL["function"]}
-    response = client.responses.create(
-        model=model, input=ASK[0]["content"], tools=[tool], tool_choice="required", temperature=0,  # type: ignore[list-item]
-        max_output_tokens=96, parallel_tool_calls=False, store=False,
-    )  # fmt: skip
+    asked: dict[str, Any] = {
+        "model": model, "input": ASK[0]["content"], "tools": [tool], "tool_choice": "required", "temperature": 0,
+        "max_output_tokens": 96, "parallel_tool_calls": False, "store": False,
+    }  # fmt: skip
+    if stream:
+        fragments: list[str] = []
+        with client.responses.stream(**asked) as events:
+            for event in events:
+                if event.type == "response.function_call_arguments.delta":
+                    fragments.append(event.delta)
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(**asked)
     calls = [item for item in response.output if item.type == "function_call"]
     assert calls and calls[0].name == "get_weather"
     jsonschema.validate(json.loads(calls[0].arguments), PARAMETERS)
+    if stream:
+        assert len(fragments) > 1 and "".join(fragments) == calls[0].arguments
 
 
-def test_anthropic_messages(base: str, model: str) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_anthropic_messages(base: str, model: str, stream: bool) -> None:
     client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
     tool = {"name": "get_weather", "description": "A forecast", "input_schema": PARAMETERS}
-    message = client.messages.create(
-        model=model, max_tokens=96, messages=ASK, tools=[tool], tool_choice={"type": "any"},  # type: ignore[list-item]
-        extra_body={"temperature": 0},
-    )  # fmt: skip
+    asked: dict[str, Any] = {
+        "model": model, "max_tokens": 96, "messages": ASK, "tools": [tool], "tool_choice": {"type": "any"},
+        "extra_body": {"temperature": 0},
+    }  # fmt: skip
+    if stream:
+        with client.messages.stream(**asked) as events:
+            fragments = [
+                e.delta.partial_json
+                for e in events
+                if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+            ]
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**asked)
     uses = [block for block in message.content if block.type == "tool_use"]
     assert message.stop_reason == "tool_use" and uses and uses[0].name == "get_weather"
     jsonschema.validate(uses[0].input, PARAMETERS)
+    if stream:
+        assert len(fragments) > 1 and json.loads("".join(fragments)) == uses[0].input
 
 
 def test_ollama_chat_and_a_round_trip(base: str, model: str) -> None:

@@ -332,3 +332,13 @@ def accepts_format(toy: Any, fmt: Any, text: str) -> bool:
         if constraint.failed:
             return False
     return constraint.complete
+
+
+def test_a_raw_string_keeps_to_its_schemas_length(toy: Any) -> None:
+    dialect = dialect_of("Qwen3-Coder.jinja")
+    schema = {"type": "object", "properties": {"code": {"type": "string", "minLength": 2, "maxLength": 5}}}
+    use = ToolUse((Tool("f", "", json.dumps(schema)),), "required")
+    call = "<tool_call>\n<function=f>\n<parameter=code>\n{}\n</parameter>\n</function>\n</tool_call>"
+    assert accepts(toy, dialect, call.format("a\nb"), use)
+    assert not accepts(toy, dialect, call.format("abcdef"), use)
+    assert not accepts(toy, dialect, call.format("a"), use)

@@ -154,17 +154,19 @@ class _Writer:
         if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
             return "(" + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices) + ")", False
         if self.syntax.loose and end != end.rstrip():  # the blanks after the closing text are optional
-            rule, _ = self.text_until(end.rstrip())
+            rule, _ = self.text_until(end.rstrip(), schema)
             return f"{rule} {self.literal(end[len(end.rstrip()) :])}", True
-        return self.text_until(end)
+        return self.text_until(end, schema)
 
-    def text_until(self, end: str) -> tuple[str, bool]:
-        """Raw text that ends at the first ``end`` (written as part of it)."""
+    def text_until(self, end: str, schema: Any = None) -> tuple[str, bool]:
+        """Raw text that ends at the first ``end`` (written as part of it), within the string schema's
+        ``minLength``/``maxLength`` when it has them."""
         rule = self.fresh("text")
+        bounds = _length(schema)
         if end and not self.special(end):
-            self.rules.append(f"{rule}[suffix={json.dumps(end, ensure_ascii=False)}]: /(?s:.*)/")
+            self.rules.append(f"{rule}[suffix={json.dumps(end, ensure_ascii=False)}]: /(?s:.{bounds})/")
             return rule, True
-        self.rules.append(f"{rule}: /(?s:.*)/")
+        self.rules.append(f"{rule}: /(?s:.{bounds})/")
         return rule, False
 
     def _parameter(self, key: str, schema: Any) -> str:
@@ -179,7 +181,7 @@ class _Writer:
         from llmrun.structured.dialects.values import GEMMA_QUOTE
 
         if is_string(schema):
-            text, _ = self.text_until(GEMMA_QUOTE)
+            text, _ = self.text_until(GEMMA_QUOTE, schema)
             value = f"{self.literal(GEMMA_QUOTE)} {text}"
         else:
             value = _scalar(schema, ("true", "false", "null"))
@@ -228,3 +230,15 @@ def _scalar(schema: Any, words: tuple[str, str, str], extra: dict[str, str] | No
         **(extra or {}),
     }
     return spelled.get(kind if isinstance(kind, str) else "", "%json " + json.dumps(schema, ensure_ascii=False))
+
+
+def _length(schema: Any) -> str:
+    """A regular expression's repetition for a string schema's length bounds (``*`` without them)."""
+    if not isinstance(schema, dict):
+        return "*"
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    low = low if isinstance(low, int) and not isinstance(low, bool) and low >= 0 else 0
+    high = high if isinstance(high, int) and not isinstance(high, bool) and high >= low else None
+    if high is None:
+        return "*" if low == 0 else f"{{{low},}}"
+    return f"{{{low},{high}}}"
