@@ -378,3 +378,18 @@ def test_calls_after_a_reasoning_models_reasoning_are_read_once_it_is_split_off(
         "Kimi-K3.jinja", "google-gemma-4-31B-it-interleaved.jinja", "google-gemma-4-31B-it.jinja",
         "openai-gpt-oss-120b.jinja", "tencent-Hy3.jinja",
     }, unsplit  # fmt: skip
+
+
+def test_gpt_oss_calls_as_its_models_write_them() -> None:
+    """The template writes `` to=functions.x<|channel|>commentary json<|message|>``; gpt-oss models write
+    the recipient after the channel, with a constraint type: both are read."""
+    dialect = dialect_of("openai-gpt-oss-120b.jinja")
+    written = (
+        "<|channel|>analysis<|message|>Need the forecast.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>'
+    )
+    assert read(dialect, written) == [("get_weather", {"city": "Paris", "days": 3})]
+    stream = CallStream(dialect, TOOLS)
+    events = [event for end in range(1, len(written) + 1) for event in stream.advance(written[:end])]
+    assert events[0] == CallStart(0, "get_weather")
+    assert "".join(e.text for e in events if isinstance(e, ArgumentsText)) == '{"city": "Paris", "days": 3}'

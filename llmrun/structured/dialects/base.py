@@ -131,8 +131,7 @@ class Dialect:
         call's pattern begins after the opening."""
         syntax = self.syntax
         assert syntax is not None
-        first = syntax.opens[0] or segments(syntax.call)[0].text
-        match = re.compile(literal_regex(first.strip())).search(text) if first.strip() else None
+        match, first = _earliest(text, self._firsts())
         if match is not None:
             start = match.start()
             blanks = len(first) - len(first.lstrip())  # (a pattern may begin with blanks: gpt-oss's " to=")
@@ -156,6 +155,16 @@ class Dialect:
             if text.startswith(other, head):
                 return head, head + len(other)
         return None
+
+    def _firsts(self) -> list[str]:
+        """The texts a run of calls may begin with: the opening, else each call pattern's first text
+        (gpt-oss's models write ``<|channel|>commentary to=…`` where its template writes `` to=…``)."""
+        syntax = self.syntax
+        assert syntax is not None
+        if syntax.opens[0]:
+            return [syntax.opens[0]]
+        heads = (segments(pattern)[0] for pattern in (syntax.call, *syntax.also))
+        return [head.text for head in heads if head.kind == "lit" and head.text.strip()]
 
     # --- constraining -------------------------------------------------------------------------------
 
@@ -191,6 +200,16 @@ class _Found:
     start: int  # where the calls begin
     end: int  # where they end
     calls: list[Progress] = field(default_factory=list)
+
+
+def _earliest(text: str, firsts: list[str]) -> tuple[re.Match[str] | None, str]:
+    """The first place in ``text`` where one of ``firsts`` is written, and which."""
+    best: tuple[re.Match[str] | None, str] = (None, "")
+    for first in firsts:
+        match = re.compile(literal_regex(first.strip())).search(text)
+        if match is not None and (best[0] is None or match.start() < best[0].start()):
+            best = (match, first)
+    return best
 
 
 def _match_any(
