@@ -7,6 +7,7 @@ text that tells it (:attr:`Dialect.markers`) and how it numbers calls.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llmrun.prompt.template import ToolCall
 from llmrun.structured.dialects.pattern import (
+    BLANKS,
     Incomplete,
     Progress,
     Reader,
@@ -59,7 +61,7 @@ class Dialect:
             from llmrun.structured.generic import parse_generic
 
             return parse_generic(text, self.new_id)
-        found = self._read(text, _types(tools), partial=False)
+        found = self._read(text, _types(tuple(tools)), partial=False)
         if found is None or not found.calls:
             return text, ()
         calls = tuple(ToolCall(self.new_id(), p.name or "", p.arguments) for p in found.calls)
@@ -70,7 +72,7 @@ class Dialect:
         """The calls of an answer still being written: each with its name once whole, its arguments
         so far (each text the start of the next: fragments that join to the whole)."""
         assert self.syntax is not None
-        found = self._read(text, _types(tools), partial=True)
+        found = self._read(text, _types(tuple(tools)), partial=True)
         return found.calls if found is not None else []
 
     def _reader(self, key: str, pattern: str) -> Reader:
@@ -122,7 +124,7 @@ class Dialect:
             closed = re.compile(literal_regex(syntax.close)).match(text, found.end)
             if closed is not None:
                 found.end = closed.end()
-            elif _BLANKS_END.sub("", syntax.close).startswith(text[found.end :].strip()):
+            elif BLANKS.sub("", syntax.close).startswith(text[found.end :].strip()):
                 found.end = len(text)  # a closing stop token the engine removed, or one still coming
         return found
 
@@ -192,9 +194,6 @@ class Dialect:
         return (syntax.start, *(o.strip() + word for o in syntax.opens[1:] if o.strip()))
 
 
-_BLANKS_END = re.compile(r"\s+")
-
-
 @dataclass(slots=True)
 class _Found:
     start: int  # where the calls begin
@@ -252,7 +251,8 @@ def _more(call: Reader, text: str, position: int, types: dict[str, dict[str, Any
         return True
 
 
-def _types(tools: Sequence[Tool]) -> dict[str, dict[str, Any]]:
+@functools.lru_cache(maxsize=64)  # a stream asks at every token with the same tools
+def _types(tools: tuple[Tool, ...]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for tool in tools:
         try:

@@ -26,7 +26,7 @@ Kind = Literal["lit", "name", "args", "params", "python", "gemma", "id", "index"
 SLOTS = ("name", "args", "params", "python", "gemma", "id", "index", "key", "value", "typed")
 NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _SLOT = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
-_BLANKS = re.compile(r"\s+")
+BLANKS = re.compile(r"\s+")
 _WORD = re.compile(r"[^\s<>\"'=/\[\]|]*")
 
 
@@ -66,7 +66,7 @@ def literal_regex(text: str, *, before_value: bool = False, after_value: bool = 
     def exact(blanks: str) -> str:
         return "".join(f"(?:{re.escape(c)})?" for c in blanks)
 
-    parts = _BLANKS.split(middle)
+    parts = BLANKS.split(middle)
     lenient = r"\s*".join(re.escape(p) for p in parts)
     return exact(text[:head]) + lenient + (exact(text[len(text) - tail :]) if tail else "")
 
@@ -293,8 +293,8 @@ def _literal(literal: str, regex: str, text: str, position: int, last: bool) -> 
     if match is not None:
         return match.end()
     rest = text[position:].lstrip()
-    wanted = _BLANKS.sub("", literal)
-    if _BLANKS.sub("", rest) == wanted[: len(_BLANKS.sub("", rest))]:
+    wanted = BLANKS.sub("", literal)
+    if BLANKS.sub("", rest) == wanted[: len(BLANKS.sub("", rest))]:
         if last:
             return len(text)  # (the caller decides whether an unfinished ending is enough)
         raise Incomplete
@@ -304,9 +304,9 @@ def _literal(literal: str, regex: str, text: str, position: int, last: bool) -> 
 def _could_start(pattern: tuple[Segment, ...], text: str, position: int) -> bool:
     """Whether the rest of ``text`` could still grow into ``pattern`` (its first literal begun). Only
     the rest's start is read (the rest may be long: the text after a whole argument)."""
-    first = _BLANKS.sub("", pattern[0].text) if pattern and pattern[0].kind == "lit" else ""
+    first = BLANKS.sub("", pattern[0].text) if pattern and pattern[0].kind == "lit" else ""
     window = text[position : position + 4 * len(first) + 64]
-    rest = _BLANKS.sub("", window)
+    rest = BLANKS.sub("", window)
     if len(window) < len(text) - position and len(rest) >= len(first):
         return rest.startswith(first)
     return first.startswith(rest) or rest.startswith(first)
